@@ -1,0 +1,125 @@
+/* mimalloc-pprof: sampled heap profiling for programs running on the system mimalloc.
+ *
+ * This is the whole public C API of the preload library `libmimalloc-pprof.so`. The names
+ * and meanings are those of the original C system (`mi_prof_*`), so code written against it
+ * builds unchanged.
+ *
+ * Units: every "interval" is in bytes of requested allocation; "sampled" figures are raw
+ * counts of recorded samples; "estimated" figures are already unsampled (Horvitz-Thompson:
+ * each sample of s bytes stands for 1/p objects and s/p bytes with p = 1 - exp(-s/R)).
+ */
+#ifndef MIMALLOC_PPROF_PROFILE_H
+#define MIMALLOC_PPROF_PROFILE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define mi_prof_nodiscard __attribute__((warn_unused_result))
+#define mi_prof_export __attribute__((visibility("default")))
+#else
+#define mi_prof_nodiscard
+#define mi_prof_export
+#endif
+
+#define MI_PROF_DEFAULT_INTERVAL 524288u
+#define MI_PROF_DEFAULT_BT_MAX 32u
+#define MI_PROF_MAX_BT 128u
+
+/* Starts sampling with mean interval `interval` bytes (0: MIMALLOC_PROF_SAMPLE_INTERVAL,
+ * then MIMALLOC_PROF_SAMPLE_RATE, then 524288). False if already running. */
+mi_prof_export mi_prof_nodiscard bool mi_prof_start(size_t interval);
+
+/* As mi_prof_start, with each thread's interval stream derived from `seed` and the thread's
+ * creation ordinal (main thread 0), so a single-threaded run is exactly reproducible. */
+mi_prof_export mi_prof_nodiscard bool mi_prof_start_seeded(size_t interval, uint64_t seed);
+
+typedef enum mi_prof_config_mode_e {
+  MI_PROF_CONFIG_FALLBACK = 0, /* a variable set in the environment wins over the struct */
+  MI_PROF_CONFIG_OVERRIDE = 1  /* non-zero struct fields win over the environment */
+} mi_prof_config_mode_t;
+
+typedef enum mi_prof_dump_format_e {
+  MI_PROF_DUMP_TEXT = 0,  /* gperftools heap_v2 text */
+  MI_PROF_DUMP_PROTO = 1  /* uncompressed profile.proto */
+} mi_prof_dump_format_t;
+
+#define MI_PROF_CONFIG_VERSION 1u
+#define MI_PROF_DUMP_PATH_MAX 1024u
+
+typedef struct mi_prof_config_s {
+  uint32_t size;                /* sizeof(mi_prof_config_t) */
+  uint32_t version;             /* MI_PROF_CONFIG_VERSION */
+  mi_prof_config_mode_t mode;
+  size_t sample_interval;       /* 0: keep the default / environment */
+  size_t max_profiler_bytes;    /* 0: unlimited */
+  uint64_t seed;                /* 0 with has_seed false: unseeded */
+  bool has_seed;
+  bool accum;                   /* also keep allocated (cumulative) figures */
+  uint32_t max_stack_depth;     /* 0: 32; at most 128 */
+  char dump_at_exit[MI_PROF_DUMP_PATH_MAX]; /* "" : none; "%p" expands to the pid */
+  mi_prof_dump_format_t dump_format;
+} mi_prof_config_t;
+
+/* Starts with a size/version-tagged configuration. False if running, or if `config` is
+ * NULL or of an unknown size or version. */
+mi_prof_export mi_prof_nodiscard bool mi_prof_start_ex(const mi_prof_config_t* config);
+
+/* Stops sampling and discards every sample. */
+mi_prof_export void mi_prof_stop(void);
+
+/* Clears the cumulative (allocated) figures; live samples are kept. */
+mi_prof_export void mi_prof_reset(void);
+
+mi_prof_export bool mi_prof_is_enabled(void);
+
+/* Writes the profile atomically (temporary file + rename, mode 0600). "%p" in `path`
+ * expands to the pid. False with errno set on failure; no partial file is ever left. */
+mi_prof_export mi_prof_nodiscard bool mi_prof_dump(const char* path);       /* heap_v2 text */
+mi_prof_export mi_prof_nodiscard bool mi_prof_dump_proto(const char* path); /* profile.proto */
+
+/* Exact counters as seen by the interposer, in usable bytes. Only counted while memory
+ * events are enabled (MIMALLOC_MEMORY_EVENTS=1 or mi_prof_memory_events_enable). */
+mi_prof_export void mi_prof_memory_events_enable(bool enable);
+mi_prof_export bool mi_prof_memory_events_enabled(void);
+
+#define MI_PROF_STATS_VERSION 1u
+
+typedef struct mi_prof_stats_s {
+  uint32_t size;                 /* set by the caller: sizeof(mi_prof_stats_t) */
+  uint32_t version;              /* set by the caller: MI_PROF_STATS_VERSION */
+  bool running;
+  uint64_t sample_interval;
+  uint64_t live_samples;         /* sampled */
+  uint64_t live_sampled_bytes;   /* sampled: sum of the sizes of live samples */
+  double estimated_live_bytes;   /* unsampled */
+  double estimated_live_objects; /* unsampled */
+  uint64_t accum_samples;        /* sampled, since start or reset */
+  double estimated_accum_bytes;  /* unsampled */
+  double estimated_accum_objects;
+  uint64_t unique_stacks;
+  uint64_t dropped_samples;      /* profiler memory budget, arena exhaustion, thread exit */
+  uint64_t profiler_bytes;       /* OS memory held by the profiler */
+  /* exact counters (memory events) */
+  bool memory_events;
+  int64_t exact_live_bytes;
+  int64_t exact_live_objects;
+  uint64_t exact_accum_bytes;
+  uint64_t exact_accum_objects;
+  /* mimalloc's process info */
+  uint64_t rss_bytes, peak_rss_bytes, commit_bytes, peak_commit_bytes, page_faults;
+} mi_prof_stats_t;
+
+/* Fills `stats` (whose size and version the caller sets). False on unknown size/version.
+ * Relaxed reads: a consistent snapshot of each figure, not a consistent cut across them. */
+mi_prof_export mi_prof_nodiscard bool mi_prof_stats_get(mi_prof_stats_t* stats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

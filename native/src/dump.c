@@ -1,0 +1,90 @@
+/* Writing a profile to a file, atomically: the snapshot is formatted into a temporary file
+ * beside the target (O_EXCL, mode 0600), fsync'd and renamed over it. Any failure removes
+ * the temporary file and returns false with errno set; a reader never sees a partial
+ * profile. SIGXFSZ is blocked while writing so an RLIMIT_FSIZE overrun is an error
+ * (EFBIG), not the death of the process. No profiler lock is held while writing. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static atomic_uint tmp_counter;
+
+void mp_stats_fill(mi_prof_stats_t* stats);
+
+static bool tmp_name(const char* path, char* out, size_t cap) {
+  size_t n = mp_strlen(path);
+  char suffix[64] = ".tmp.";
+  size_t k = 5;
+  k += mp_fmt_u64(suffix + k, (uint64_t)getpid());
+  suffix[k++] = '.';
+  k += mp_fmt_u64(suffix + k, atomic_fetch_add(&tmp_counter, 1));
+  if (n + k + 1 > cap) return false;
+  memcpy(out, path, n);
+  memcpy(out + n, suffix, k);
+  out[n + k] = 0;
+  return true;
+}
+
+bool mp_dump(const char* path_in, mp_format_t format) {
+  mp_thread_t* t = &mp_tls;
+  bool guard = t->in_profiler;
+  t->in_profiler = true;
+  char path[MI_PROF_DUMP_PATH_MAX], tmp[MI_PROF_DUMP_PATH_MAX + 64];
+  int err = 0;
+  mp_out_t* out = NULL;
+  mp_snapshot_t snap;
+  memset(&snap, 0, sizeof(snap));
+
+  if (path_in == NULL || !mp_expand_path(path_in, path, sizeof(path)) || !tmp_name(path, tmp, sizeof(tmp))) {
+    err = path_in == NULL || path_in[0] == 0 ? EINVAL : ENAMETOOLONG;
+    goto done;
+  }
+  snap.interval = (double)mp_state.interval;
+  snap.accum = mp_state.accum;
+  mp_stats_fill(&snap.stats);
+  if (!mp_snapshot_take(&snap) || (out = mp_os_alloc(sizeof(mp_out_t))) == NULL) {
+    err = ENOMEM;
+    goto done;
+  }
+
+  sigset_t block, saved;
+  sigemptyset(&block);
+  sigaddset(&block, SIGXFSZ);
+  pthread_sigmask(SIG_BLOCK, &block, &saved);
+  out->fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (out->fd < 0) {
+    err = errno;
+  } else {
+    (void)fchmod(out->fd, 0600);
+    if (format == MP_FORMAT_PROTO) mp_write_proto(out, &snap);
+    else mp_write_text(out, &snap);
+    mp_out_flush(out);
+    err = out->err;
+    if (err == 0 && fsync(out->fd) != 0) err = errno;
+    if (close(out->fd) != 0 && err == 0) err = errno;
+    if (err == 0 && rename(tmp, path) != 0) err = errno;
+    if (err != 0) unlink(tmp);
+  }
+  /* Consume a SIGXFSZ raised by our own write, so it is not delivered on unblocking. */
+  sigset_t pending;
+  if (sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ) && !sigismember(&saved, SIGXFSZ)) {
+    struct timespec zero = {0, 0};
+    (void)sigtimedwait(&block, NULL, &zero);
+  }
+  pthread_sigmask(SIG_SETMASK, &saved, NULL);
+
+done:
+  if (out != NULL) mp_os_free(out, sizeof(mp_out_t));
+  if (snap.rows != NULL) mp_snapshot_free(&snap);
+  t->in_profiler = guard;
+  if (err != 0) errno = err;
+  return err == 0;
+}

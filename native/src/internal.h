@@ -1,0 +1,256 @@
+/* Internal declarations shared by the files of the preload library, grouped by the file
+ * that defines them. Every name here has hidden visibility (the library is built with
+ * -fvisibility=hidden); only interpose.c and api.c export symbols.
+ *
+ * Rules that hold everywhere below:
+ *  - nothing on the allocation path or before main calls the interposed malloc: profiler
+ *    memory comes from mp_os_alloc (mmap), text is formatted by hand;
+ *  - mp_tls.in_profiler is set while profiler code runs on a thread, so an allocation made
+ *    underneath (libc, the unwinder, pthread) takes the plain mimalloc path;
+ *  - no profiler lock is held while a stack is captured or the loader is entered.
+ */
+#ifndef MP_INTERNAL_H
+#define MP_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mimalloc-pprof/profile.h"
+
+/* Internal names are hidden, so the fast paths reach them without the GOT. */
+#pragma GCC visibility push(hidden)
+
+#define mp_likely(x) __builtin_expect(!!(x), 1)
+#define mp_unlikely(x) __builtin_expect(!!(x), 0)
+#define mp_noinline __attribute__((noinline))
+
+/* ---- lock.h-like: a spinlock that never allocates and survives fork (see api.c) ---- */
+typedef struct mp_lock_s {
+  atomic_int held;
+} mp_lock_t;
+void mp_lock(mp_lock_t* lock);
+void mp_unlock(mp_lock_t* lock);
+
+/* ---- osmem.c: profiler memory, straight from the OS, counted against the budget ---- */
+void mp_os_set_budget(size_t max_bytes); /* 0: unlimited */
+void* mp_os_alloc(size_t size);          /* zeroed; NULL when over budget or out of memory */
+void mp_os_free(void* p, size_t size);
+size_t mp_os_bytes(void);                /* currently held */
+
+/* A bump allocator over OS chunks; released all at once. Not thread-safe by itself. */
+typedef struct mp_bump_s {
+  char* cur;
+  char* end;
+  void* chunks; /* singly linked through the first word of each chunk */
+} mp_bump_t;
+void* mp_bump_alloc(mp_bump_t* bump, size_t size); /* 16-byte aligned, zeroed */
+void mp_bump_release(mp_bump_t* bump);
+
+/* ---- options.c: the environment, read once from `environ` without allocating ---- */
+typedef enum mp_format_e { MP_FORMAT_TEXT = 0, MP_FORMAT_PROTO = 1 } mp_format_t;
+
+typedef struct mp_options_s {
+  bool prof;              /* MIMALLOC_PROF */
+  size_t interval;        /* MIMALLOC_PROF_SAMPLE_INTERVAL, alias MIMALLOC_PROF_SAMPLE_RATE */
+  bool interval_set;
+  bool accum;             /* MIMALLOC_PROF_ACCUM */
+  bool accum_set;
+  unsigned bt_max;        /* MIMALLOC_PROF_BT_MAX, 1..128 */
+  bool bt_max_set;
+  size_t max_bytes;       /* MIMALLOC_PROF_MAX_BYTES, 0 = unlimited */
+  bool max_bytes_set;
+  uint64_t seed;          /* MIMALLOC_PROF_SEED */
+  bool seed_set;
+  char dump_at_exit[MI_PROF_DUMP_PATH_MAX]; /* MIMALLOC_PROF_DUMP_AT_EXIT */
+  mp_format_t dump_format; /* MIMALLOC_PROF_DUMP_FORMAT */
+  bool dump_format_set;
+  bool memory_events;     /* MIMALLOC_MEMORY_EVENTS */
+  bool verbose;           /* MIMALLOC_PROF_VERBOSE */
+  size_t arena_bytes;     /* MIMALLOC_PROF_ARENA_SIZE: virtual reserve for sampled blocks */
+} mp_options_t;
+
+extern mp_options_t mp_env;
+void mp_options_init(void);
+
+/* ---- util.c: formatting without malloc, warnings ---- */
+size_t mp_fmt_u64(char* buf, uint64_t v);            /* decimal, returns length, no NUL */
+size_t mp_fmt_hex(char* buf, uint64_t v);            /* lowercase, no 0x, no NUL */
+size_t mp_strlen(const char* s);
+void mp_write_stderr(const char* msg);              /* "mimalloc-pprof: " prefix added */
+void mp_warnf2(const char* a, const char* b, const char* c); /* concatenation, one line */
+/* Expands "%p" to the pid into out (cap bytes). False if it does not fit. */
+bool mp_expand_path(const char* path, char* out, size_t cap);
+
+/* Buffered output to a file descriptor; the first error sticks in `err` (an errno). */
+typedef struct mp_out_s {
+  int fd;
+  int err;
+  size_t len;
+  uint64_t written;
+  char buf[65536];
+} mp_out_t;
+void mp_out_bytes(mp_out_t* out, const void* data, size_t len);
+void mp_out_str(mp_out_t* out, const char* s);
+void mp_out_u64(mp_out_t* out, uint64_t v);
+void mp_out_i64(mp_out_t* out, int64_t v);
+void mp_out_hex(mp_out_t* out, uint64_t v); /* "0x" + lowercase hex */
+void mp_out_flush(mp_out_t* out);
+
+/* ---- sampler.c: per-thread state, sampling decision, exact counters ---- */
+typedef struct mp_thread_s {
+  /* Bytes of allocation left before the next sample. The interposer subtracts each request
+   * and calls the slow path on borrow. While stopped it is a check period, so a start made
+   * on another thread is noticed within MP_CHECK_PERIOD bytes. */
+  uint64_t countdown;
+  uint64_t rng;
+  uint32_t generation;  /* profiler generation this thread's stream belongs to */
+  uint32_t ordinal;     /* creation ordinal: 0 main thread, then in pthread_create order */
+  bool has_ordinal;
+  bool in_profiler;     /* reentrancy guard */
+  bool exiting;         /* start routine returned: no more samples on this thread */
+  void* heap;           /* mimalloc 2.x: this thread's heap in the sample arena */
+  uintptr_t stack_lo, stack_hi; /* 0, 0: not known yet */
+} mp_thread_t;
+
+extern __thread mp_thread_t mp_tls __attribute__((tls_model("initial-exec")));
+
+/* The free-side filter: a pointer p needs the slow path iff p - lo < size (unsigned).
+ * It is the sample arena while profiling, everything while memory events are on, and
+ * empty otherwise. */
+extern uintptr_t mp_filter_lo;
+extern uintptr_t mp_filter_size;
+
+#define MP_CHECK_PERIOD ((uint64_t)64 * 1024)
+
+/* Flags of an allocation request. */
+#define MP_ZERO 1u     /* calloc */
+#define MP_NEW 2u      /* C++ operator new: new-handler loop, then std::bad_alloc */
+#define MP_NOTHROW 4u  /* with MP_NEW: nothrow form, NULL after the handler loop */
+
+/* Slow paths, entered after the countdown borrowed or the filter matched. `ra` is the
+ * return address of the interposed entry point (the caller's pc); entry points do not
+ * touch rbp, so the slow path's saved frame pointer is the caller's. */
+void* mp_alloc_slow(size_t size, size_t align, unsigned flags, void* ra);
+void mp_free_slow(void* p);
+void* mp_realloc_slow(void* p, size_t size, void* ra);
+size_t mp_usable_size(const void* p);
+
+void mp_sampler_restart(void);   /* new generation; this thread re-draws now */
+void mp_filter_update(void);     /* recompute the filter from arena + events state */
+void mp_thread_set_ordinal(uint32_t ordinal);
+uint32_t mp_next_ordinal(void);
+void mp_thread_exiting(void);
+uint64_t mp_dropped_samples(void);
+void mp_count_dropped(void);
+void mp_reset_dropped(void);
+
+/* exact counters */
+typedef struct mp_exact_s {
+  atomic_llong live_bytes, live_objects;
+  atomic_ullong accum_bytes, accum_objects;
+} mp_exact_t;
+extern mp_exact_t mp_exact;
+extern atomic_bool mp_events_on;
+
+/* ---- arena.c: the exclusive mimalloc arena that holds every sampled block ---- */
+bool mp_arena_init(size_t bytes);  /* idempotent; false if mimalloc refused */
+bool mp_arena_ready(void);
+void mp_arena_range(uintptr_t* lo, uintptr_t* size);
+/* Allocates in the arena from the calling thread; NULL if impossible (full, alignment
+ * unsupported, thread exiting). */
+void* mp_arena_alloc(size_t size, size_t align, bool zero);
+void mp_arena_thread_exit(void);
+const char* mp_mimalloc_kind(void);
+
+/* ---- interpose.c ---- */
+/* operator new's failure path: new-handler loop, then std::bad_alloc (or NULL if nothrow). */
+void* mp_new_fail(size_t size, size_t align, bool nothrow);
+
+/* ---- thread.c: pthread_create wrapper (creation ordinals, exit before destructors) ---- */
+void mp_thread_init(void);
+
+/* ---- stack.c ---- */
+void mp_stack_init(void);          /* warm up the unwinder, learn our own text range */
+/* Fills up to max return addresses, leaf first, starting with `ra`. */
+unsigned mp_stack_capture(uintptr_t* frames, unsigned max, void* ra, void* fp);
+
+/* ---- table.c: stacks x size buckets and the live-sample records ---- */
+typedef struct mp_bucket_s {
+  struct mp_bucket_s* next; /* hash chain */
+  uint64_t hash;
+  size_t size;              /* requested bytes of every sample in this bucket */
+  uint64_t live;            /* sampled, live */
+  uint64_t allocs;          /* sampled, since start or reset */
+  uint32_t depth;
+  uintptr_t frames[];       /* return addresses, leaf first */
+} mp_bucket_t;
+
+void mp_table_init(void);
+/* Records a sample of `size` bytes at p. False when the profiler memory budget is hit. */
+bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned depth);
+/* Removes the record of p if there is one; returns its requested size, or 0. */
+size_t mp_table_remove(uintptr_t p);
+void mp_table_clear(void);        /* stop: drop everything */
+void mp_table_reset_accum(void);
+void mp_table_lock_all(void);     /* fork */
+void mp_table_unlock_all(void);
+void mp_table_child_reinit(void);
+
+typedef struct mp_table_totals_s {
+  uint64_t live_samples, live_sampled_bytes, accum_samples, buckets;
+  double est_live_bytes, est_live_objects, est_accum_bytes, est_accum_objects;
+} mp_table_totals_t;
+void mp_table_totals(mp_table_totals_t* totals, double interval);
+
+/* ---- snapshot: what the writers consume, copied out under the locks ---- */
+typedef struct mp_row_s {
+  size_t size;      /* requested bytes per sample */
+  uint64_t live;    /* sampled counts */
+  uint64_t allocs;
+  uint32_t depth;
+  uint32_t first;   /* index of the leaf frame in mp_snapshot_t.frames */
+} mp_row_t;
+
+typedef struct mp_snapshot_s {
+  double interval;  /* R, bytes */
+  bool accum;
+  mp_row_t* rows;
+  size_t nrows;
+  uintptr_t* frames; /* return addresses, leaf first per row */
+  size_t nframes;
+  mi_prof_stats_t stats;
+  size_t map_bytes;  /* bytes held by rows + frames, for mp_snapshot_free */
+} mp_snapshot_t;
+
+bool mp_snapshot_take(mp_snapshot_t* snap);
+void mp_snapshot_free(mp_snapshot_t* snap);
+
+/* Horvitz-Thompson weight of one sample of `size` bytes at mean interval R: 1/p with
+ * p = 1 - exp(-size/R). */
+double mp_weight(double size, double interval);
+
+/* ---- text.c / proto.c: writers; they allocate nothing but OS memory ---- */
+void mp_write_text(mp_out_t* out, const mp_snapshot_t* snap);
+void mp_write_proto(mp_out_t* out, const mp_snapshot_t* snap);
+
+/* ---- dump.c ---- */
+bool mp_dump(const char* path, mp_format_t format);
+
+/* ---- api.c ---- */
+typedef struct mp_state_s {
+  atomic_bool running;
+  atomic_uint generation;
+  size_t interval;
+  bool accum;
+  unsigned bt_max;
+  bool seeded;
+  uint64_t seed;
+  char dump_at_exit[MI_PROF_DUMP_PATH_MAX];
+  mp_format_t dump_format;
+} mp_state_t;
+extern mp_state_t mp_state;
+
+#pragma GCC visibility pop
+#endif

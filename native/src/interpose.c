@@ -1,0 +1,228 @@
+/* The only file that exports libc's allocation names. Each entry point is a fast path of a
+ * few instructions in front of the system mimalloc, with glibc's semantics for errno and
+ * degenerate arguments:
+ *  - allocation: subtract the request from the thread's countdown; no borrow -> mimalloc;
+ *  - free: one unsigned range compare against the free-side filter; miss -> mimalloc.
+ * Everything else happens in the slow paths (sampler.c). Built without frame pointers so
+ * that entry points leave rbp alone: the slow path then sees the caller's frame chain. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <mimalloc.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* Aliases need not repeat the glibc declarations' attributes (leaf, nothrow, malloc). */
+#pragma GCC diagnostic ignored "-Wmissing-attributes"
+
+#define EXPORT __attribute__((visibility("default")))
+#define RA __builtin_return_address(0)
+
+/* countdown -= n; true unless that borrowed or reached zero. One subtract on the TLS slot
+ * and one branch: the compiler would otherwise load, copy, store and compare. */
+static inline __attribute__((always_inline)) bool take(size_t n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  /* mp_tls.countdown is the first member; its TLS offset comes from the GOT (initial-exec). */
+  __asm__ goto("movq mp_tls@gottpoff(%%rip), %%r11\n\t"
+               "subq %0, %%fs:(%%r11)\n\t"
+               "jbe %l[slow]"
+               : /* no outputs */
+               : "r"(n)
+               : "cc", "memory", "r11"
+               : slow);
+  return true;
+slow:
+  return false;
+#else
+  uint64_t c = mp_tls.countdown;
+  mp_tls.countdown = c - n;
+  return mp_likely(c > n);
+#endif
+}
+
+static inline bool filtered(const void* p) { return mp_unlikely((uintptr_t)p - mp_filter_lo < mp_filter_size); }
+
+static inline bool is_pow2(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
+
+/* ---- C ------------------------------------------------------------------------------------ */
+EXPORT void* malloc(size_t n) {
+  if (take(n)) return mi_malloc(n);
+  return mp_alloc_slow(n, 0, 0, RA);
+}
+
+EXPORT void free(void* p) {
+  if (filtered(p)) {
+    mp_free_slow(p);
+    return;
+  }
+  mi_free(p);
+}
+
+EXPORT void* calloc(size_t count, size_t size) {
+  size_t n;
+  if (__builtin_mul_overflow(count, size, &n)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  if (take(n)) return mi_zalloc(n);
+  return mp_alloc_slow(n, 0, MP_ZERO, RA);
+}
+
+static inline void* realloc_impl(void* p, size_t n, void* ra) {
+  uint64_t c = mp_tls.countdown;
+  if (mp_likely(p != NULL && n != 0 && c > n && !filtered(p))) {
+    mp_tls.countdown = c - n;
+    return mi_realloc(p, n);
+  }
+  return mp_realloc_slow(p, n, ra);
+}
+
+EXPORT void* realloc(void* p, size_t n) { return realloc_impl(p, n, RA); }
+
+EXPORT void* reallocarray(void* p, size_t count, size_t size) {
+  size_t n;
+  if (__builtin_mul_overflow(count, size, &n)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return realloc_impl(p, n, RA);
+}
+
+static inline void* aligned_impl(size_t align, size_t n, void* ra) {
+  if (take(n)) return mi_malloc_aligned(n, align);
+  return mp_alloc_slow(n, align, 0, ra);
+}
+
+EXPORT int posix_memalign(void** out, size_t align, size_t n) {
+  if (!is_pow2(align) || align % sizeof(void*) != 0) return EINVAL;
+  int saved = errno;
+  void* p = aligned_impl(align, n, RA);
+  errno = saved;
+  if (p == NULL) return ENOMEM;
+  *out = p;
+  return 0;
+}
+
+/* glibc >= 2.38: a zero or non-power-of-two alignment is EINVAL. */
+EXPORT void* aligned_alloc(size_t align, size_t n) {
+  if (!is_pow2(align)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  return aligned_impl(align, n, RA);
+}
+
+/* glibc: small alignments are malloc's; others round up to a power of two. */
+static inline void* memalign_impl(size_t align, size_t n, void* ra) {
+  if (align <= 16) {
+    if (take(n)) return mi_malloc(n);
+    return mp_alloc_slow(n, 0, 0, ra);
+  }
+  if (align > SIZE_MAX / 2 + 1) {
+    errno = EINVAL;
+    return NULL;
+  }
+  if (!is_pow2(align)) align = (size_t)1 << (64 - __builtin_clzl(align));
+  return aligned_impl(align, n, ra);
+}
+
+EXPORT void* memalign(size_t align, size_t n) { return memalign_impl(align, n, RA); }
+
+static size_t page_size(void) {
+  static size_t cached;
+  if (cached == 0) cached = (size_t)sysconf(_SC_PAGESIZE);
+  return cached;
+}
+
+EXPORT void* valloc(size_t n) { return memalign_impl(page_size(), n, RA); }
+
+EXPORT void* pvalloc(size_t n) {
+  size_t page = page_size();
+  size_t rounded;
+  if (__builtin_add_overflow(n, page - 1, &rounded)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  rounded &= ~(page - 1);
+  return memalign_impl(page, rounded == 0 ? page : rounded, RA);
+}
+
+EXPORT size_t malloc_usable_size(void* p) { return mp_usable_size(p); }
+
+EXPORT void cfree(void* p) __attribute__((alias("free")));
+EXPORT void free_sized(void* p, size_t n) {
+  (void)n;
+  free(p);
+}
+EXPORT void free_aligned_sized(void* p, size_t align, size_t n) {
+  (void)align;
+  (void)n;
+  free(p);
+}
+
+/* glibc's internal names: the system libmimalloc exports them too, and a caller reaching
+ * for them must not bypass the profiler's bookkeeping. */
+EXPORT void* __libc_malloc(size_t n) __attribute__((alias("malloc")));
+EXPORT void __libc_free(void* p) __attribute__((alias("free")));
+EXPORT void __libc_cfree(void* p) __attribute__((alias("free")));
+EXPORT void* __libc_calloc(size_t c, size_t n) __attribute__((alias("calloc")));
+EXPORT void* __libc_realloc(void* p, size_t n) __attribute__((alias("realloc")));
+EXPORT void* __libc_memalign(size_t a, size_t n) __attribute__((alias("memalign")));
+EXPORT void* __libc_valloc(size_t n) __attribute__((alias("valloc")));
+EXPORT void* __libc_pvalloc(size_t n) __attribute__((alias("pvalloc")));
+EXPORT int __posix_memalign(void** out, size_t a, size_t n) __attribute__((alias("posix_memalign")));
+
+/* ---- C++ operator new / delete, every form -------------------------------------------------- */
+typedef void (*new_handler_t)(void);
+extern new_handler_t _ZSt15get_new_handlerv(void) __attribute__((weak));
+extern void _ZSt17__throw_bad_allocv(void) __attribute__((weak, noreturn));
+
+void* mp_new_fail(size_t size, size_t align, bool nothrow) {
+  for (;;) {
+    new_handler_t handler = _ZSt15get_new_handlerv != NULL ? _ZSt15get_new_handlerv() : NULL;
+    if (handler == NULL) {
+      if (nothrow) return NULL;
+      if (_ZSt17__throw_bad_allocv != NULL) _ZSt17__throw_bad_allocv();
+      abort();
+    }
+    handler(); /* may throw, or free memory */
+    void* p = align != 0 ? mi_malloc_aligned(size, align) : mi_malloc(size);
+    if (p != NULL) return p;
+  }
+}
+
+static inline void* new_impl(size_t n, size_t align, unsigned flags, void* ra) {
+  if (take(n)) {
+    void* p = align != 0 ? mi_malloc_aligned(n, align) : mi_malloc(n);
+    if (mp_likely(p != NULL)) return p;
+    return mp_new_fail(n, align, (flags & MP_NOTHROW) != 0);
+  }
+  return mp_alloc_slow(n, align, flags, ra);
+}
+
+#define NEW_FORMS(name, ...) EXPORT void* name(__VA_ARGS__)
+NEW_FORMS(_Znwm, size_t n) { return new_impl(n, 0, MP_NEW, RA); }
+NEW_FORMS(_Znam, size_t n) { return new_impl(n, 0, MP_NEW, RA); }
+NEW_FORMS(_ZnwmRKSt9nothrow_t, size_t n, const void* tag) { (void)tag; return new_impl(n, 0, MP_NEW | MP_NOTHROW, RA); }
+NEW_FORMS(_ZnamRKSt9nothrow_t, size_t n, const void* tag) { (void)tag; return new_impl(n, 0, MP_NEW | MP_NOTHROW, RA); }
+NEW_FORMS(_ZnwmSt11align_val_t, size_t n, size_t a) { return new_impl(n, a, MP_NEW, RA); }
+NEW_FORMS(_ZnamSt11align_val_t, size_t n, size_t a) { return new_impl(n, a, MP_NEW, RA); }
+NEW_FORMS(_ZnwmSt11align_val_tRKSt9nothrow_t, size_t n, size_t a, const void* tag) { (void)tag; return new_impl(n, a, MP_NEW | MP_NOTHROW, RA); }
+NEW_FORMS(_ZnamSt11align_val_tRKSt9nothrow_t, size_t n, size_t a, const void* tag) { (void)tag; return new_impl(n, a, MP_NEW | MP_NOTHROW, RA); }
+
+EXPORT void _ZdlPv(void* p) __attribute__((alias("free")));
+EXPORT void _ZdaPv(void* p) __attribute__((alias("free")));
+#define DELETE_FORM(name, ...) \
+  EXPORT void name(void* p, __VA_ARGS__) { free(p); }
+DELETE_FORM(_ZdlPvm, __attribute__((unused)) size_t n)
+DELETE_FORM(_ZdaPvm, __attribute__((unused)) size_t n)
+DELETE_FORM(_ZdlPvSt11align_val_t, __attribute__((unused)) size_t a)
+DELETE_FORM(_ZdaPvSt11align_val_t, __attribute__((unused)) size_t a)
+DELETE_FORM(_ZdlPvmSt11align_val_t, __attribute__((unused)) size_t n, __attribute__((unused)) size_t a)
+DELETE_FORM(_ZdaPvmSt11align_val_t, __attribute__((unused)) size_t n, __attribute__((unused)) size_t a)
+DELETE_FORM(_ZdlPvRKSt9nothrow_t, __attribute__((unused)) const void* tag)
+DELETE_FORM(_ZdaPvRKSt9nothrow_t, __attribute__((unused)) const void* tag)
+DELETE_FORM(_ZdlPvSt11align_val_tRKSt9nothrow_t, __attribute__((unused)) size_t a, __attribute__((unused)) const void* tag)
+DELETE_FORM(_ZdaPvSt11align_val_tRKSt9nothrow_t, __attribute__((unused)) size_t a, __attribute__((unused)) const void* tag)

@@ -1,0 +1,78 @@
+/* Profiler memory. Everything the profiler keeps (records, buckets, snapshots) comes from
+ * mmap here, never from the interposed malloc, and is counted against the budget set by
+ * MIMALLOC_PROF_MAX_BYTES. Over budget an allocation fails and the caller drops the sample:
+ * the application's allocation never fails because of the profiler. */
+#include <string.h>
+#include <sys/mman.h>
+
+#include "internal.h"
+
+static atomic_size_t budget;  /* 0: unlimited */
+static atomic_size_t held;
+
+#define MP_PAGE 4096u
+#define MP_CHUNK ((size_t)64 * 1024)
+
+static size_t round_pages(size_t n) { return (n + MP_PAGE - 1) & ~(size_t)(MP_PAGE - 1); }
+
+void mp_os_set_budget(size_t max_bytes) { atomic_store(&budget, max_bytes); }
+
+size_t mp_os_bytes(void) { return atomic_load_explicit(&held, memory_order_relaxed); }
+
+void* mp_os_alloc(size_t size) {
+  if (size == 0) return NULL;
+  size = round_pages(size);
+  size_t max = atomic_load_explicit(&budget, memory_order_relaxed);
+  size_t before = atomic_fetch_add(&held, size);
+  if (max != 0 && before + size > max) {
+    atomic_fetch_sub(&held, size);
+    return NULL;
+  }
+  void* p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    atomic_fetch_sub(&held, size);
+    return NULL;
+  }
+  return p;
+}
+
+void mp_os_free(void* p, size_t size) {
+  if (p == NULL || size == 0) return;
+  size = round_pages(size);
+  munmap(p, size);
+  atomic_fetch_sub(&held, size);
+}
+
+/* Each chunk starts with {next, size}; the payload follows. */
+typedef struct chunk_s {
+  struct chunk_s* next;
+  size_t size;
+} chunk_t;
+
+void* mp_bump_alloc(mp_bump_t* bump, size_t size) {
+  size = (size + 15) & ~(size_t)15;
+  if (bump->cur == NULL || (size_t)(bump->end - bump->cur) < size) {
+    size_t want = size + sizeof(chunk_t) + 16;
+    if (want < MP_CHUNK) want = MP_CHUNK;
+    chunk_t* c = mp_os_alloc(want);
+    if (c == NULL) return NULL;
+    c->size = round_pages(want);
+    c->next = bump->chunks;
+    bump->chunks = c;
+    bump->cur = (char*)c + ((sizeof(chunk_t) + 15) & ~(size_t)15);
+    bump->end = (char*)c + c->size;
+  }
+  void* p = bump->cur;
+  bump->cur += size;
+  return p;
+}
+
+void mp_bump_release(mp_bump_t* bump) {
+  chunk_t* c = bump->chunks;
+  while (c != NULL) {
+    chunk_t* next = c->next;
+    mp_os_free(c, c->size);
+    c = next;
+  }
+  memset(bump, 0, sizeof(*bump));
+}

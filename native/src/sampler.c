@@ -1,0 +1,254 @@
+/* The sampling decision and the allocation slow paths.
+ *
+ * Sampling is a Poisson process over requested bytes, per thread: the distance to the next
+ * sample is exponential with mean R, so an allocation of s bytes is sampled with
+ * probability p = 1 - exp(-s/R) whatever came before it, and each sample stands for 1/p
+ * allocations (Horvitz-Thompson; table.c applies the weights). realloc is exposed like a
+ * fresh allocation of its new size: growth counts, in place or not.
+ *
+ * The fast path (interpose.c) keeps `countdown` = floor(distance to the next sample) and
+ * subtracts each request; it borrows exactly when s > distance, i.e. when the allocation
+ * is sampled, or when the countdown is a check period (stopped) or pinned to 0 (exact
+ * counters on, every call comes here and the real distance lives in `left`).
+ *
+ * Streams: unseeded, each thread seeds from the clock and its own address; seeded, from
+ * (seed, creation ordinal), so a single-threaded run repeats exactly. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <mimalloc.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+__thread mp_thread_t mp_tls __attribute__((tls_model("initial-exec")));
+/* Pinned-to-zero state for exact counting, kept apart from the fast-path field. */
+static __thread bool tls_forced __attribute__((tls_model("initial-exec")));
+static __thread uint64_t tls_left __attribute__((tls_model("initial-exec")));
+
+uintptr_t mp_filter_lo;
+uintptr_t mp_filter_size;
+mp_exact_t mp_exact;
+atomic_bool mp_events_on;
+static atomic_ullong dropped;
+static atomic_uint next_ordinal = 1; /* 0 is the main thread */
+
+uint64_t mp_dropped_samples(void) { return atomic_load_explicit(&dropped, memory_order_relaxed); }
+void mp_count_dropped(void) { atomic_fetch_add_explicit(&dropped, 1, memory_order_relaxed); }
+void mp_reset_dropped(void) { atomic_store(&dropped, 0); }
+
+/* ---- random stream ------------------------------------------------------------------ */
+static uint64_t splitmix64(uint64_t* state) {
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* floor of an exponential draw with mean R, capped so that subtraction cannot wrap. */
+static uint64_t draw(mp_thread_t* t) {
+  double u = (double)(splitmix64(&t->rng) >> 11) * 0x1.0p-53; /* [0, 1) */
+  double x = -log1p(-u) * (double)mp_state.interval;
+  if (!(x < 0x1.0p62)) return (uint64_t)1 << 62;
+  return (uint64_t)x;
+}
+
+uint32_t mp_next_ordinal(void) { return atomic_fetch_add(&next_ordinal, 1); }
+
+void mp_thread_set_ordinal(uint32_t ordinal) {
+  mp_tls.ordinal = ordinal;
+  mp_tls.has_ordinal = true;
+}
+
+static void rearm(mp_thread_t* t, uint32_t generation) {
+  t->generation = generation;
+  if (!t->has_ordinal) {
+    bool main_thread = syscall(SYS_gettid) == getpid();
+    mp_thread_set_ordinal(main_thread ? 0 : mp_next_ordinal());
+  }
+  if (mp_state.seeded) {
+    t->rng = mp_state.seed ^ ((uint64_t)t->ordinal * 0xD1B54A32D192ED03ull);
+  } else {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t->rng = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)t ^ ((uint64_t)ts.tv_sec << 32);
+  }
+  (void)splitmix64(&t->rng);
+}
+
+/* `left` is the distance to the next sample before this allocation. Returns whether the
+ * allocation is sampled and stores the distance after it. */
+static bool decide(mp_thread_t* t, uint64_t left, size_t size) {
+  bool sampled = false;
+  if (!atomic_load_explicit(&mp_state.running, memory_order_acquire)) {
+    left = MP_CHECK_PERIOD;
+  } else {
+    uint32_t generation = atomic_load_explicit(&mp_state.generation, memory_order_relaxed);
+    if (t->generation != generation) {
+      rearm(t, generation);
+      left = draw(t);
+    }
+    if (size > left) {
+      sampled = true; /* an exiting thread's sample is dropped by the arena */
+      left = draw(t);
+    } else {
+      left -= size;
+    }
+  }
+  bool forced = atomic_load_explicit(&mp_events_on, memory_order_relaxed);
+  tls_forced = forced;
+  tls_left = left;
+  t->countdown = forced ? 0 : left;
+  return sampled;
+}
+
+void mp_sampler_restart(void) {
+  mp_thread_t* t = &mp_tls;
+  rearm(t, atomic_load(&mp_state.generation));
+  uint64_t left = draw(t);
+  tls_left = left;
+  t->countdown = tls_forced ? 0 : left;
+}
+
+/* ---- free-side filter ----------------------------------------------------------------- */
+/* Stores are ordered so that every intermediate state covers at least the arena while
+ * profiling: a sampled block may be freed on the fast path only when nothing is recorded. */
+void mp_filter_update(void) {
+  uintptr_t lo = 0, size = 0;
+  if (atomic_load(&mp_events_on)) {
+    size = UINTPTR_MAX;
+  } else if (atomic_load(&mp_state.running)) {
+    mp_arena_range(&lo, &size);
+  }
+  __atomic_store_n(&mp_filter_size, UINTPTR_MAX, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&mp_filter_lo, lo, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&mp_filter_size, size, __ATOMIC_SEQ_CST);
+}
+
+/* ---- exact counters ------------------------------------------------------------------- */
+static void count_alloc(void* p) {
+  if (p == NULL) return;
+  long long usable = (long long)mi_usable_size(p);
+  atomic_fetch_add_explicit(&mp_exact.live_bytes, usable, memory_order_relaxed);
+  atomic_fetch_add_explicit(&mp_exact.live_objects, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&mp_exact.accum_bytes, (unsigned long long)usable, memory_order_relaxed);
+  atomic_fetch_add_explicit(&mp_exact.accum_objects, 1, memory_order_relaxed);
+}
+
+static void count_free(void* p) {
+  if (p == NULL) return;
+  atomic_fetch_sub_explicit(&mp_exact.live_bytes, (long long)mi_usable_size(p), memory_order_relaxed);
+  atomic_fetch_sub_explicit(&mp_exact.live_objects, 1, memory_order_relaxed);
+}
+
+/* ---- allocation ------------------------------------------------------------------------ */
+static void* plain_alloc(size_t size, size_t align, bool zero) {
+  if (align != 0) return zero ? mi_zalloc_aligned(size, align) : mi_malloc_aligned(size, align);
+  return zero ? mi_zalloc(size) : mi_malloc(size);
+}
+
+static bool in_arena(const void* p) {
+  uintptr_t lo, size;
+  mp_arena_range(&lo, &size);
+  return (uintptr_t)p - lo < size;
+}
+
+/* Allocates a sampled block in the arena and records it; a sample that cannot be kept
+ * (arena full or alignment too large, budget hit, thread exiting) is counted as dropped
+ * and the allocation is served normally. */
+static void* sampled_alloc(size_t size, size_t align, bool zero, void* ra, void* fp) {
+  uintptr_t frames[MI_PROF_MAX_BT];
+  unsigned depth = mp_stack_capture(frames, mp_state.bt_max, ra, fp);
+  void* p = mp_arena_alloc(size, align, zero);
+  if (p == NULL) {
+    p = plain_alloc(size, align, zero);
+    if (p != NULL) mp_count_dropped();
+  } else if (!mp_table_add((uintptr_t)p, size, frames, depth)) {
+    mp_count_dropped();
+  }
+  return p;
+}
+
+static void* alloc_common(mp_thread_t* t, uint64_t left, size_t size, size_t align, unsigned flags, void* ra, void* fp) {
+  bool zero = (flags & MP_ZERO) != 0;
+  void* p;
+  if (t->in_profiler) {
+    t->countdown = 0; /* stay on the slow path until the outer call settles the countdown */
+    p = plain_alloc(size, align, zero);
+  } else {
+    t->in_profiler = true;
+    if (decide(t, left, size)) p = sampled_alloc(size, align, zero, ra, fp);
+    else p = plain_alloc(size, align, zero);
+    if (tls_forced) count_alloc(p);
+    t->in_profiler = false;
+  }
+  if (mp_unlikely(p == NULL) && (flags & MP_NEW)) p = mp_new_fail(size, align, (flags & MP_NOTHROW) != 0);
+  return p;
+}
+
+/* The distance before this allocation: the fast path already subtracted `size`. */
+static uint64_t left_before(mp_thread_t* t, size_t size) { return tls_forced ? tls_left : t->countdown + size; }
+
+mp_noinline void* mp_alloc_slow(size_t size, size_t align, unsigned flags, void* ra) {
+  mp_thread_t* t = &mp_tls;
+  void* fp = ((void**)__builtin_frame_address(0))[0]; /* the caller's frame: entry points keep rbp */
+  return alloc_common(t, left_before(t, size), size, align, flags, ra, fp);
+}
+
+mp_noinline void mp_free_slow(void* p) {
+  mp_thread_t* t = &mp_tls;
+  if (p == NULL) return;
+  bool guard = t->in_profiler;
+  t->in_profiler = true;
+  if (tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed)) count_free(p);
+  if (in_arena(p)) mp_table_remove((uintptr_t)p);
+  t->in_profiler = guard;
+  mi_free(p);
+}
+
+mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
+  mp_thread_t* t = &mp_tls;
+  void* fp = ((void**)__builtin_frame_address(0))[0];
+  uint64_t left = tls_forced ? tls_left : t->countdown; /* realloc's fast path subtracts nothing */
+  if (p == NULL) return alloc_common(t, left, size, 0, 0, ra, fp);
+  if (size == 0) { /* glibc: realloc(p, 0) frees p and returns NULL */
+    mp_free_slow(p);
+    return NULL;
+  }
+  if (t->in_profiler) return mi_realloc(p, size);
+  t->in_profiler = true;
+  bool events = tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed);
+  size_t old_usable = events ? mi_usable_size(p) : 0;
+  bool sampled = decide(t, left, size);
+  bool was_in_arena = in_arena(p);
+  void* q;
+  if (sampled) {
+    q = sampled_alloc(size, 0, false, ra, fp);
+    if (q != NULL) {
+      size_t keep = mi_usable_size(p);
+      memcpy(q, p, keep < size ? keep : size);
+      if (was_in_arena) mp_table_remove((uintptr_t)p);
+      mi_free(p);
+    }
+  } else {
+    /* Forget the record first: an in-place result would otherwise keep a stale one. */
+    if (was_in_arena) mp_table_remove((uintptr_t)p);
+    q = mi_realloc(p, size);
+  }
+  if (events && q != NULL) {
+    long long now = (long long)mi_usable_size(q);
+    atomic_fetch_add_explicit(&mp_exact.live_bytes, now - (long long)old_usable, memory_order_relaxed);
+    atomic_fetch_add_explicit(&mp_exact.accum_bytes, (unsigned long long)now, memory_order_relaxed);
+    atomic_fetch_add_explicit(&mp_exact.accum_objects, 1, memory_order_relaxed);
+  }
+  t->in_profiler = false;
+  if (q == NULL) errno = ENOMEM;
+  return q;
+}
+
+size_t mp_usable_size(const void* p) { return p == NULL ? 0 : mi_usable_size(p); }
+
+void mp_thread_exiting(void) { mp_arena_thread_exit(); }

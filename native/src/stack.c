@@ -1,0 +1,118 @@
+/* Stack capture inside malloc.
+ *
+ * First a frame-pointer walk: cheap (about a nanosecond a frame), and the only method that
+ * crosses V8's JIT frames, which have frame pointers but no unwind tables. Every step is
+ * checked against the thread's stack bounds, alignment and strictly increasing addresses.
+ * A chain that ends on a bad link rather than on a null frame pointer (code built without
+ * frame pointers: glibc's strdup, libstdc++, programs built with -O2) is captured again
+ * with the unwind-table unwinder (glibc backtrace), and the deeper of the two is kept.
+ *
+ * Runs with mp_tls.in_profiler set and no profiler lock held: backtrace() may allocate on
+ * first use (it loads libgcc_s), which mp_stack_init does ahead of time. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <link.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "internal.h"
+
+static uintptr_t self_lo, self_hi; /* this library's executable segments */
+
+static int find_self(struct dl_phdr_info* info, size_t size, void* arg) {
+  (void)size;
+  uintptr_t base = (uintptr_t)arg;
+  if (info->dlpi_addr != base) return 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr)* ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+    if (self_lo == 0 || lo < self_lo) self_lo = lo;
+    if (hi > self_hi) self_hi = hi;
+  }
+  return 1;
+}
+
+void mp_stack_init(void) {
+  static bool done;
+  if (done) return;
+  done = true;
+  Dl_info info;
+  if (dladdr((void*)&mp_stack_capture, &info) != 0) dl_iterate_phdr(find_self, info.dli_fbase);
+  void* warm[4];
+  (void)backtrace(warm, 4); /* loads libgcc_s now, not inside a sampled malloc */
+}
+
+static void learn_bounds(mp_thread_t* t) {
+  pthread_attr_t attr;
+  void* addr = NULL;
+  size_t size = 0;
+  t->stack_lo = 1; /* tried: do not retry on failure */
+  t->stack_hi = 0;
+  if (pthread_getattr_np(pthread_self(), &attr) != 0) return;
+  if (pthread_attr_getstack(&attr, &addr, &size) == 0 && addr != NULL) {
+    t->stack_lo = (uintptr_t)addr;
+    t->stack_hi = (uintptr_t)addr + size;
+  }
+  pthread_attr_destroy(&attr);
+}
+
+/* Returns the number of frames written; *broken tells whether the chain ended on a link
+ * that failed a check rather than on a null frame pointer. */
+static unsigned fp_walk(uintptr_t* frames, unsigned n, unsigned max, uintptr_t fp, bool* broken) {
+  mp_thread_t* t = &mp_tls;
+  uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
+  *broken = false;
+  if (sp < t->stack_lo || sp >= t->stack_hi) { /* unknown bounds or an alternate stack */
+    *broken = true;
+    return n;
+  }
+  uintptr_t low = sp;
+  while (n < max) {
+    if (fp == 0) break;
+    if (fp < low || fp > t->stack_hi - 2 * sizeof(uintptr_t) || (fp & (sizeof(uintptr_t) - 1)) != 0) {
+      *broken = true;
+      break;
+    }
+    uintptr_t next = ((uintptr_t*)fp)[0];
+    uintptr_t ret = ((uintptr_t*)fp)[1];
+    if (ret < 4096) break;
+    frames[n++] = ret;
+    if (next != 0 && next <= fp) {
+      *broken = true;
+      break;
+    }
+    low = fp + 2 * sizeof(uintptr_t);
+    fp = next;
+  }
+  return n;
+}
+
+static unsigned unwind_tables(uintptr_t* frames, unsigned max) {
+  void* raw[MI_PROF_MAX_BT + 8];
+  int got = backtrace(raw, (int)(max + 8));
+  unsigned n = 0;
+  int i = 0;
+  while (i < got && (uintptr_t)raw[i] >= self_lo && (uintptr_t)raw[i] < self_hi) i++;
+  for (; i < got && n < max; i++) frames[n++] = (uintptr_t)raw[i];
+  return n;
+}
+
+unsigned mp_stack_capture(uintptr_t* frames, unsigned max, void* ra, void* fp) {
+  mp_thread_t* t = &mp_tls;
+  if (max == 0) return 0;
+  if (t->stack_lo == 0 && t->stack_hi == 0) learn_bounds(t);
+  frames[0] = (uintptr_t)ra;
+  bool broken;
+  unsigned n = fp_walk(frames, 1, max, (uintptr_t)fp, &broken);
+  if (broken && n < max) {
+    uintptr_t other[MI_PROF_MAX_BT];
+    unsigned m = unwind_tables(other, max);
+    if (m > n && other[0] == (uintptr_t)ra) {
+      memcpy(frames, other, m * sizeof(uintptr_t));
+      n = m;
+    }
+  }
+  return n;
+}

@@ -1,0 +1,355 @@
+/* The profile's data: buckets (one per distinct stack and requested size) and the records
+ * of live sampled blocks (block address -> bucket).
+ *
+ * Both tables are sharded, each shard behind its own spinlock, so samples taken on
+ * different threads rarely meet; no lock is held while a stack is captured, and the locks
+ * nest only as record shard then bucket shard (never the reverse).
+ *
+ * Buckets hold raw sampled counts. All samples in a bucket have the same size, so the
+ * unsampling weight 1/p(size) is one number per bucket and a heap_v2 row built from a
+ * bucket is size-homogeneous: pprof's per-row correction is then exact.
+ * Buckets live until stop (or, with no live samples and nothing to accumulate, until
+ * reset); their memory is OS memory from per-shard bump allocators. */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define SHARDS 16u
+#define BUCKET_INDEX0 1024u
+#define RECORD_CAP0 1024u
+
+typedef struct bucket_shard_s {
+  mp_lock_t lock;
+  mp_bucket_t** index;   /* chained hash index, power-of-two size */
+  size_t index_cap;
+  size_t count;
+  mp_bump_t mem;
+  char pad[64];
+} bucket_shard_t;
+
+typedef struct record_s {
+  uintptr_t addr; /* 0: empty slot */
+  mp_bucket_t* bucket;
+} record_t;
+
+typedef struct record_shard_s {
+  mp_lock_t lock;
+  record_t* slots;     /* open addressing, linear probing, backward-shift deletion */
+  size_t cap;
+  size_t count;
+  char pad[64];
+} record_shard_t;
+
+static bucket_shard_t bshards[SHARDS];
+static record_shard_t rshards[SHARDS];
+
+double mp_weight(double size, double interval) {
+  if (interval <= 1.0 || size <= 0.0) return 1.0;
+  return 1.0 / -expm1(-size / interval);
+}
+
+static uint64_t mix(uint64_t h) {
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  return h ^ (h >> 33);
+}
+
+static uint64_t hash_stack(size_t size, const uintptr_t* frames, unsigned depth) {
+  uint64_t h = mix(size + 0x9E3779B97F4A7C15ull);
+  for (unsigned i = 0; i < depth; i++) h = mix(h ^ frames[i]) + i;
+  return h;
+}
+
+void mp_table_init(void) {}
+
+/* ---- buckets ----------------------------------------------------------------------------- */
+static bool bucket_index_grow(bucket_shard_t* s) {
+  size_t cap = s->index_cap == 0 ? BUCKET_INDEX0 : s->index_cap * 2;
+  mp_bucket_t** index = mp_os_alloc(cap * sizeof(*index));
+  if (index == NULL) return s->index_cap != 0; /* keep chaining in the old index */
+  for (size_t i = 0; i < s->index_cap; i++) {
+    mp_bucket_t* b = s->index[i];
+    while (b != NULL) {
+      mp_bucket_t* next = b->next;
+      size_t j = b->hash & (cap - 1);
+      b->next = index[j];
+      index[j] = b;
+      b = next;
+    }
+  }
+  mp_os_free(s->index, s->index_cap * sizeof(*index));
+  s->index = index;
+  s->index_cap = cap;
+  return true;
+}
+
+/* Under the shard lock: the bucket for (size, frames), created if absent; NULL on budget. */
+static mp_bucket_t* bucket_get(bucket_shard_t* s, uint64_t h, size_t size, const uintptr_t* frames, unsigned depth) {
+  if (s->index_cap == 0 && !bucket_index_grow(s)) return NULL;
+  for (mp_bucket_t* b = s->index[h & (s->index_cap - 1)]; b != NULL; b = b->next)
+    if (b->hash == h && b->size == size && b->depth == depth &&
+        memcmp(b->frames, frames, depth * sizeof(uintptr_t)) == 0)
+      return b;
+  if (s->count >= s->index_cap) (void)bucket_index_grow(s);
+  mp_bucket_t* b = mp_bump_alloc(&s->mem, sizeof(mp_bucket_t) + depth * sizeof(uintptr_t));
+  if (b == NULL) return NULL;
+  b->hash = h;
+  b->size = size;
+  b->depth = depth;
+  memcpy(b->frames, frames, depth * sizeof(uintptr_t));
+  size_t j = h & (s->index_cap - 1);
+  b->next = s->index[j];
+  s->index[j] = b;
+  s->count++;
+  return b;
+}
+
+/* ---- records ------------------------------------------------------------------------------ */
+static size_t record_home(uintptr_t addr, size_t cap) { return mix(addr) & (cap - 1); }
+
+static bool record_grow(record_shard_t* s) {
+  size_t cap = s->cap == 0 ? RECORD_CAP0 : s->cap * 2;
+  record_t* slots = mp_os_alloc(cap * sizeof(record_t));
+  if (slots == NULL) return false;
+  for (size_t i = 0; i < s->cap; i++) {
+    if (s->slots[i].addr == 0) continue;
+    size_t j = record_home(s->slots[i].addr, cap);
+    while (slots[j].addr != 0) j = (j + 1) & (cap - 1);
+    slots[j] = s->slots[i];
+  }
+  mp_os_free(s->slots, s->cap * sizeof(record_t));
+  s->slots = slots;
+  s->cap = cap;
+  return true;
+}
+
+static record_shard_t* record_shard(uintptr_t addr) { return &rshards[(mix(addr) >> 40) % SHARDS]; }
+
+/* Under the shard lock: index of addr's slot, or cap if absent. */
+static size_t record_find(record_shard_t* s, uintptr_t addr) {
+  if (s->cap == 0) return 0;
+  for (size_t j = record_home(addr, s->cap);; j = (j + 1) & (s->cap - 1)) {
+    if (s->slots[j].addr == addr) return j;
+    if (s->slots[j].addr == 0) return s->cap;
+  }
+}
+
+/* Under the shard lock: removes slot j, shifting later members of its probe run back. */
+static void record_delete(record_shard_t* s, size_t j) {
+  size_t mask = s->cap - 1;
+  for (size_t k = (j + 1) & mask; s->slots[k].addr != 0; k = (k + 1) & mask) {
+    size_t home = record_home(s->slots[k].addr, s->cap);
+    /* slot k may move to j iff its home is not in the cyclic range (j, k] */
+    if (((k - home) & mask) >= ((k - j) & mask)) {
+      s->slots[j] = s->slots[k];
+      j = k;
+    }
+  }
+  s->slots[j].addr = 0;
+  s->slots[j].bucket = NULL;
+  s->count--;
+}
+
+static void bucket_release_live(mp_bucket_t* b) {
+  bucket_shard_t* bs = &bshards[b->hash % SHARDS];
+  mp_lock(&bs->lock);
+  if (b->live > 0) b->live--;
+  mp_unlock(&bs->lock);
+}
+
+bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned depth) {
+  uint64_t h = hash_stack(size, frames, depth);
+  bucket_shard_t* bs = &bshards[h % SHARDS];
+  mp_lock(&bs->lock);
+  unsigned generation = atomic_load(&mp_state.generation);
+  if (!atomic_load_explicit(&mp_state.running, memory_order_acquire)) { /* raced with stop */
+    mp_unlock(&bs->lock);
+    return true;
+  }
+  mp_bucket_t* b = bucket_get(bs, h, size, frames, depth);
+  if (b == NULL) {
+    mp_unlock(&bs->lock);
+    return false;
+  }
+  b->live++;
+  b->allocs++;
+  mp_unlock(&bs->lock);
+
+  /* Lock order: record shard, then bucket shard. A stop (and restart) between the two
+   * critical sections has freed b: the generation tells, and b is not touched again. */
+  record_shard_t* rs = record_shard(p);
+  mp_lock(&rs->lock);
+  if (!atomic_load(&mp_state.running) || atomic_load(&mp_state.generation) != generation) {
+    mp_unlock(&rs->lock);
+    return true;
+  }
+  bool ok = true;
+  size_t j = record_find(rs, p);
+  if (j < rs->cap) { /* a record whose free was never seen (freed behind our back) */
+    bucket_release_live(rs->slots[j].bucket);
+    rs->slots[j].bucket = b;
+  } else if ((rs->count + 1) * 2 > rs->cap && !record_grow(rs)) {
+    ok = false;
+    bucket_release_live(b);
+  } else {
+    j = record_home(p, rs->cap);
+    while (rs->slots[j].addr != 0) j = (j + 1) & (rs->cap - 1);
+    rs->slots[j].addr = p;
+    rs->slots[j].bucket = b;
+    rs->count++;
+  }
+  mp_unlock(&rs->lock);
+  return ok;
+}
+
+size_t mp_table_remove(uintptr_t p) {
+  record_shard_t* rs = record_shard(p);
+  size_t size = 0;
+  mp_lock(&rs->lock);
+  size_t j = record_find(rs, p);
+  if (j < rs->cap) {
+    mp_bucket_t* b = rs->slots[j].bucket;
+    record_delete(rs, j);
+    size = b->size;
+    bucket_release_live(b);
+  }
+  mp_unlock(&rs->lock);
+  return size;
+}
+
+/* ---- whole-table operations ----------------------------------------------------------------- */
+/* Records first, then buckets: once no record is left, nothing can reach a bucket. */
+void mp_table_clear(void) {
+  for (unsigned i = 0; i < SHARDS; i++) {
+    record_shard_t* rs = &rshards[i];
+    mp_lock(&rs->lock);
+    mp_os_free(rs->slots, rs->cap * sizeof(record_t));
+    rs->slots = NULL;
+    rs->cap = rs->count = 0;
+    mp_unlock(&rs->lock);
+  }
+  for (unsigned i = 0; i < SHARDS; i++) {
+    bucket_shard_t* bs = &bshards[i];
+    mp_lock(&bs->lock);
+    mp_os_free(bs->index, bs->index_cap * sizeof(mp_bucket_t*));
+    bs->index = NULL;
+    bs->index_cap = bs->count = 0;
+    mp_bump_release(&bs->mem);
+    mp_unlock(&bs->lock);
+  }
+}
+
+/* Buckets are unlinked from the index but their memory stays until stop: records may
+ * still point at them. */
+void mp_table_reset_accum(void) {
+  for (unsigned i = 0; i < SHARDS; i++) {
+    bucket_shard_t* bs = &bshards[i];
+    mp_lock(&bs->lock);
+    for (size_t k = 0; k < bs->index_cap; k++) {
+      mp_bucket_t** link = &bs->index[k];
+      while (*link != NULL) {
+        mp_bucket_t* b = *link;
+        b->allocs = b->live;
+        if (b->live == 0) {
+          *link = b->next;
+          bs->count--;
+        } else {
+          link = &b->next;
+        }
+      }
+    }
+    mp_unlock(&bs->lock);
+  }
+}
+
+void mp_table_lock_all(void) {
+  for (unsigned i = 0; i < SHARDS; i++) mp_lock(&rshards[i].lock);
+  for (unsigned i = 0; i < SHARDS; i++) mp_lock(&bshards[i].lock);
+}
+
+void mp_table_unlock_all(void) {
+  for (unsigned i = SHARDS; i-- > 0;) mp_unlock(&bshards[i].lock);
+  for (unsigned i = SHARDS; i-- > 0;) mp_unlock(&rshards[i].lock);
+}
+
+void mp_table_child_reinit(void) {
+  for (unsigned i = 0; i < SHARDS; i++) {
+    atomic_store(&bshards[i].lock.held, 0);
+    atomic_store(&rshards[i].lock.held, 0);
+  }
+}
+
+void mp_table_totals(mp_table_totals_t* t, double interval) {
+  memset(t, 0, sizeof(*t));
+  for (unsigned i = 0; i < SHARDS; i++) {
+    bucket_shard_t* bs = &bshards[i];
+    mp_lock(&bs->lock);
+    for (size_t k = 0; k < bs->index_cap; k++) {
+      for (mp_bucket_t* b = bs->index[k]; b != NULL; b = b->next) {
+        double w = mp_weight((double)b->size, interval);
+        t->buckets++;
+        t->live_samples += b->live;
+        t->live_sampled_bytes += b->live * b->size;
+        t->accum_samples += b->allocs;
+        t->est_live_objects += (double)b->live * w;
+        t->est_live_bytes += (double)b->live * (double)b->size * w;
+        t->est_accum_objects += (double)b->allocs * w;
+        t->est_accum_bytes += (double)b->allocs * (double)b->size * w;
+      }
+    }
+    mp_unlock(&bs->lock);
+  }
+}
+
+bool mp_snapshot_take(mp_snapshot_t* snap) {
+  /* Two passes under each lock would race with growth between them; size generously
+   * from a first count and skip what no longer fits. */
+  size_t rows = 0, frames = 0;
+  for (unsigned i = 0; i < SHARDS; i++) {
+    bucket_shard_t* bs = &bshards[i];
+    mp_lock(&bs->lock);
+    for (size_t k = 0; k < bs->index_cap; k++)
+      for (mp_bucket_t* b = bs->index[k]; b != NULL; b = b->next) {
+        rows++;
+        frames += b->depth;
+      }
+    mp_unlock(&bs->lock);
+  }
+  rows += 64;
+  frames += 64 * MI_PROF_MAX_BT;
+  size_t bytes = rows * sizeof(mp_row_t) + frames * sizeof(uintptr_t);
+  char* mem = mp_os_alloc(bytes);
+  if (mem == NULL) return false;
+  snap->rows = (mp_row_t*)mem;
+  snap->frames = (uintptr_t*)(mem + rows * sizeof(mp_row_t));
+  snap->map_bytes = bytes;
+  snap->nrows = snap->nframes = 0;
+  for (unsigned i = 0; i < SHARDS; i++) {
+    bucket_shard_t* bs = &bshards[i];
+    mp_lock(&bs->lock);
+    for (size_t k = 0; k < bs->index_cap; k++)
+      for (mp_bucket_t* b = bs->index[k]; b != NULL; b = b->next) {
+        if (b->live == 0 && (!snap->accum || b->allocs == 0)) continue;
+        if (snap->nrows == rows || snap->nframes + b->depth > frames) continue;
+        mp_row_t* r = &snap->rows[snap->nrows++];
+        r->size = b->size;
+        r->live = b->live;
+        r->allocs = b->allocs;
+        r->depth = b->depth;
+        r->first = (uint32_t)snap->nframes;
+        memcpy(&snap->frames[snap->nframes], b->frames, b->depth * sizeof(uintptr_t));
+        snap->nframes += b->depth;
+      }
+    mp_unlock(&bs->lock);
+  }
+  return true;
+}
+
+void mp_snapshot_free(mp_snapshot_t* snap) {
+  mp_os_free(snap->rows, snap->map_bytes);
+  snap->rows = NULL;
+  snap->frames = NULL;
+}

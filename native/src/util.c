@@ -1,0 +1,159 @@
+/* Small utilities that never allocate: a spinlock, number formatting, buffered fd output,
+ * warnings on stderr. Safe before main, inside malloc, and in a forked child. */
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* ---- spinlock ---------------------------------------------------------------------- */
+/* Critical sections are a few hash operations long, so spinning beats sleeping; yield
+ * after a while in case the holder was descheduled. fork() is handled by the caller
+ * taking every lock in the prepare handler (api.c). */
+void mp_lock(mp_lock_t* lock) {
+  for (unsigned spins = 0;; spins++) {
+    if (!atomic_load_explicit(&lock->held, memory_order_relaxed) &&
+        !atomic_exchange_explicit(&lock->held, 1, memory_order_acquire))
+      return;
+    if (spins > 64) sched_yield();
+    else __builtin_ia32_pause();
+  }
+}
+
+void mp_unlock(mp_lock_t* lock) { atomic_store_explicit(&lock->held, 0, memory_order_release); }
+
+/* ---- formatting --------------------------------------------------------------------- */
+size_t mp_fmt_u64(char* buf, uint64_t v) {
+  char tmp[24];
+  size_t n = 0;
+  do {
+    tmp[n++] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  for (size_t i = 0; i < n; i++) buf[i] = tmp[n - 1 - i];
+  return n;
+}
+
+size_t mp_fmt_hex(char* buf, uint64_t v) {
+  static const char digits[] = "0123456789abcdef";
+  char tmp[16];
+  size_t n = 0;
+  do {
+    tmp[n++] = digits[v & 15];
+    v >>= 4;
+  } while (v != 0);
+  for (size_t i = 0; i < n; i++) buf[i] = tmp[n - 1 - i];
+  return n;
+}
+
+size_t mp_strlen(const char* s) {
+  size_t n = 0;
+  while (s[n] != 0) n++;
+  return n;
+}
+
+/* ---- stderr ---------------------------------------------------------------------------- */
+static void write_all(int fd, const char* s, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, s, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;
+    s += w;
+    n -= (size_t)w;
+  }
+}
+
+void mp_write_stderr(const char* msg) {
+  char line[1024];
+  static const char prefix[] = "mimalloc-pprof: ";
+  size_t n = sizeof(prefix) - 1;
+  memcpy(line, prefix, n);
+  for (size_t i = 0; msg[i] != 0 && n < sizeof(line) - 1; i++) line[n++] = msg[i];
+  line[n++] = '\n';
+  int saved = errno;
+  write_all(2, line, n);
+  errno = saved;
+}
+
+void mp_warnf2(const char* a, const char* b, const char* c) {
+  char line[900];
+  size_t n = 0;
+  const char* parts[3] = {a, b, c};
+  for (int k = 0; k < 3; k++)
+    for (size_t i = 0; parts[k] != NULL && parts[k][i] != 0 && n < sizeof(line) - 1; i++)
+      line[n++] = parts[k][i];
+  line[n] = 0;
+  mp_write_stderr(line);
+}
+
+bool mp_expand_path(const char* path, char* out, size_t cap) {
+  size_t n = 0;
+  for (size_t i = 0; path[i] != 0; i++) {
+    if (path[i] == '%' && path[i + 1] == 'p') {
+      char num[24];
+      size_t len = mp_fmt_u64(num, (uint64_t)getpid());
+      if (n + len >= cap) return false;
+      memcpy(out + n, num, len);
+      n += len;
+      i++;
+    } else {
+      if (n + 1 >= cap) return false;
+      out[n++] = path[i];
+    }
+  }
+  out[n] = 0;
+  return n > 0;
+}
+
+/* ---- buffered output ----------------------------------------------------------------- */
+void mp_out_flush(mp_out_t* out) {
+  size_t off = 0;
+  while (off < out->len && out->err == 0) {
+    ssize_t w = write(out->fd, out->buf + off, out->len - off);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      out->err = errno;
+    } else if (w == 0) {
+      out->err = EIO;
+    } else {
+      off += (size_t)w;
+      out->written += (uint64_t)w;
+    }
+  }
+  out->len = 0;
+}
+
+void mp_out_bytes(mp_out_t* out, const void* data, size_t len) {
+  const char* p = data;
+  while (len > 0 && out->err == 0) {
+    size_t room = sizeof(out->buf) - out->len;
+    size_t k = len < room ? len : room;
+    memcpy(out->buf + out->len, p, k);
+    out->len += k;
+    p += k;
+    len -= k;
+    if (out->len == sizeof(out->buf)) mp_out_flush(out);
+  }
+}
+
+void mp_out_str(mp_out_t* out, const char* s) { mp_out_bytes(out, s, mp_strlen(s)); }
+
+void mp_out_u64(mp_out_t* out, uint64_t v) {
+  char buf[24];
+  mp_out_bytes(out, buf, mp_fmt_u64(buf, v));
+}
+
+void mp_out_i64(mp_out_t* out, int64_t v) {
+  if (v < 0) {
+    mp_out_bytes(out, "-", 1);
+    mp_out_u64(out, (uint64_t)0 - (uint64_t)v);
+  } else {
+    mp_out_u64(out, (uint64_t)v);
+  }
+}
+
+void mp_out_hex(mp_out_t* out, uint64_t v) {
+  char buf[20] = {'0', 'x'};
+  mp_out_bytes(out, buf, 2 + mp_fmt_hex(buf + 2, v));
+}
