@@ -1,0 +1,71 @@
+// Builds the preload library against the system libmimalloc. Run by `npm install`.
+// Where the development files are missing: as root on Debian/Ubuntu they are installed with
+// apt-get; elsewhere this stops with one line naming the package for the system.
+import { execFileSync, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+const prefix = process.env.MIMALLOC_PREFIX ?? '';
+
+function fail(message) {
+  console.error(`mimalloc-pprof: ${message}`);
+  process.exit(1);
+}
+
+function hasMimalloc() {
+  const dir = mkdtempSync(join(tmpdir(), 'mimalloc-pprof-probe-'));
+  try {
+    const src = join(dir, 'probe.c');
+    writeFileSync(src, '#include <mimalloc.h>\nint main(void){return mi_version()>0?0:1;}\n');
+    const flags = prefix ? [`-I${prefix}/include`, `-L${prefix}/lib`] : [];
+    const cc = process.env.CC ?? 'cc';
+    return spawnSync(cc, [src, ...flags, '-lmimalloc', '-o', join(dir, 'probe')], { stdio: 'ignore' }).status === 0;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+function osId() {
+  if (process.platform === 'darwin') return 'darwin';
+  try {
+    const text = readFileSync('/etc/os-release', 'utf8');
+    const id = /^ID=(.*)$/m.exec(text)?.[1]?.replace(/"/g, '') ?? '';
+    const like = /^ID_LIKE=(.*)$/m.exec(text)?.[1]?.replace(/"/g, '') ?? '';
+    return `${id} ${like}`;
+  } catch {
+    return '';
+  }
+}
+
+const packageFor = [
+  [/debian|ubuntu/, 'libmimalloc-dev (apt-get install libmimalloc-dev)'],
+  [/fedora|rhel|centos/, 'mimalloc-devel (dnf install mimalloc-devel)'],
+  [/alpine/, 'mimalloc2-dev (apk add mimalloc2-dev)'],
+  [/darwin/, 'mimalloc (brew install mimalloc)'],
+];
+
+if (process.platform !== 'linux') {
+  fail('the preload library needs Linux (LD_PRELOAD); this system is ' + process.platform);
+}
+
+if (!hasMimalloc()) {
+  const id = osId();
+  const isRoot = process.getuid?.() === 0;
+  if (/debian|ubuntu/.test(id) && isRoot && existsSync('/usr/bin/apt-get')) {
+    console.error('mimalloc-pprof: installing libmimalloc-dev with apt-get');
+    const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
+    execFileSync('apt-get', ['update', '-qq'], { stdio: 'inherit', env });
+    execFileSync('apt-get', ['install', '-y', '-qq', 'libmimalloc-dev'], { stdio: 'inherit', env });
+  } else {
+    const pkg = packageFor.find(([re]) => re.test(id))?.[1] ?? 'the mimalloc development package of your system';
+    fail(`the system libmimalloc (2.x or 3.x) with its headers is missing: install ${pkg}`);
+  }
+}
+
+const make = spawnSync('make', ['-s', '-C', join(root, 'native'), `BUILD=${join(root, 'build')}`], {
+  stdio: 'inherit',
+});
+if (make.status !== 0) fail('building the preload library failed (see above)');

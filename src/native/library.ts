@@ -1,0 +1,31 @@
+import { existsSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { LibraryMissingError } from '../errors.js';
+
+/** The package root: dist/src/native/ is three levels below it. */
+export const packageRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
+
+export const LIBRARY_FILE = 'libmimalloc-pprof.so';
+
+/**
+ * Absolute path of the preload library. `MIMALLOC_PPROF_LIB` overrides the built one (for a
+ * library built elsewhere); a missing file is an error that names the fix.
+ */
+export function libraryPath(env: NodeJS.ProcessEnv = process.env): string {
+  const override = env.MIMALLOC_PPROF_LIB;
+  if (override !== undefined && override !== '') {
+    if (!existsSync(override)) {
+      throw new LibraryMissingError(`MIMALLOC_PPROF_LIB points at ${override}, which does not exist`);
+    }
+    return resolve(override);
+  }
+  const built = join(packageRoot, 'build', LIBRARY_FILE);
+  if (!existsSync(built)) {
+    throw new LibraryMissingError(
+      `the preload library is not built (${built} is missing): run \`npm install\` (or \`node scripts/setup.mjs\`) in ${packageRoot}`,
+    );
+  }
+  return built;
+}

@@ -1,0 +1,230 @@
+/** Shared test support: building C fixtures, running under the preload, reading profiles
+ * with the real google/pprof (`go tool pprof`). */
+import { spawnSync, type SpawnSyncReturns } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+import { libraryPath, packageRoot } from '../src/native/library.js';
+
+export const root = packageRoot;
+export const fixturesDir = join(root, 'test', 'native', 'fixtures');
+export const buildDir = join(root, 'build', 'test');
+
+export function tempDir(prefix = 'mpp-test-'): string {
+  return mkdtempSync(join(tmpdir(), prefix));
+}
+
+/**
+ * Compiles test/native/fixtures/<name>.c or .cc into build/test/<name><variant>, unless the
+ * binary is newer than its source. Fixtures are PIE with DWARF so `go tool pprof` names them.
+ */
+export function fixture(name: string, opts: { flags?: string[]; variant?: string } = {}): string {
+  const c = join(fixturesDir, `${name}.c`);
+  const cc = join(fixturesDir, `${name}.cc`);
+  const src = existsSync(c) ? c : cc;
+  const out = join(buildDir, `${name}${opts.variant ?? ''}`);
+  mkdirSync(buildDir, { recursive: true });
+  if (existsSync(out) && statSync(out).mtimeMs >= statSync(src).mtimeMs) return out;
+  const compiler = src === c ? 'cc' : 'g++';
+  const lang = src === c ? ['-std=gnu11'] : ['-std=c++17'];
+  const args = [
+    ...lang,
+    '-g',
+    '-O1',
+    '-fno-omit-frame-pointer',
+    ...(opts.flags ?? []),
+    '-I',
+    join(root, 'native', 'include'),
+    src,
+    '-o',
+    out,
+    // the public API lives in the preload library; resolved at run time from LD_PRELOAD
+    '-Wl,--unresolved-symbols=ignore-all',
+    '-lm',
+    '-lpthread',
+  ];
+  const r = spawnSync(compiler, args, { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`building fixture ${name} failed:\n${r.stderr}`);
+  return out;
+}
+
+export interface Run {
+  status: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+function asRun(r: SpawnSyncReturns<string>): Run {
+  if (r.error) throw r.error;
+  return { status: r.status, signal: r.signal, stdout: r.stdout, stderr: r.stderr };
+}
+
+/** Runs a command with the preload library and the given MIMALLOC_* variables. */
+export function runPreloaded(cmd: string, args: string[], env: Record<string, string> = {}, timeoutMs = 120_000): Run {
+  const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('MIMALLOC_')));
+  return asRun(
+    spawnSync(cmd, args, {
+      encoding: 'utf8',
+      env: { ...clean, LD_PRELOAD: libraryPath(), ...env },
+      timeout: timeoutMs,
+      maxBuffer: 64 << 20,
+    }),
+  );
+}
+
+export function run(cmd: string, args: string[], env: Record<string, string> = {}, timeoutMs = 120_000): Run {
+  return asRun(spawnSync(cmd, args, { encoding: 'utf8', env: { ...process.env, ...env }, timeout: timeoutMs, maxBuffer: 64 << 20 }));
+}
+
+/** One sample of `go tool pprof -raw`: values in sample-type order, stack leaf first. */
+export interface RawSample {
+  values: number[];
+  functions: string[][]; // per location, inlined names innermost first
+  labels: string;
+}
+
+export interface RawProfile {
+  types: string[];
+  defaultType: string;
+  period: number;
+  comments: string[];
+  samples: RawSample[];
+  mappings: string[];
+}
+
+/** Parses the deterministic `-raw` listing of the real google/pprof. */
+export function parsePprofRaw(text: string): RawProfile {
+  const lines = text.split('\n');
+  const types: string[] = [];
+  let defaultType = '';
+  let period = 0;
+  const comments: string[] = [];
+  const pending: { values: number[]; locs: number[]; labels: string }[] = [];
+  const locations = new Map<number, string[]>();
+  const mappings: string[] = [];
+  let section = '';
+  let lastLoc = -1;
+  for (const line of lines) {
+    if (line.startsWith('Comment: ')) comments.push(line.slice(9));
+    else if (line.startsWith('Period: ')) period = Number(line.slice(8));
+    else if (line === 'Samples:') section = 'samples';
+    else if (line === 'Locations') section = 'locations';
+    else if (line === 'Mappings') section = 'mappings';
+    else if (section === 'samples' && types.length === 0 && /[a-z_]+\/[a-z]+/.test(line)) {
+      for (const t of line.trim().split(/\s+/)) {
+        const name = t.replace(/\[dflt\]$/, '');
+        types.push(name.split('/')[0] ?? name);
+        if (t.endsWith('[dflt]')) defaultType = name.split('/')[0] ?? name;
+      }
+    } else if (section === 'samples') {
+      const m = /^\s*(-?\d+(?:\s+-?\d+)*):((?:\s+\d+)*)\s*$/.exec(line);
+      if (m) {
+        pending.push({
+          values: m[1]!.trim().split(/\s+/).map(Number),
+          locs: (m[2] ?? '').trim().split(/\s+/).filter(Boolean).map(Number),
+          labels: '',
+        });
+      } else if (line.trim() !== '' && pending.length > 0) {
+        pending[pending.length - 1]!.labels += line.trim();
+      }
+    } else if (section === 'locations') {
+      const m = /^\s*(\d+): 0x[0-9a-f]+(?: M=\d+)?\s*(.*)$/.exec(line);
+      if (m) {
+        lastLoc = Number(m[1]);
+        const fn = (m[2] ?? '').trim().split(/\s+/)[0] ?? '';
+        locations.set(lastLoc, fn ? [fn] : []);
+      } else if (line.trim() !== '' && lastLoc >= 0) {
+        const fn = line.trim().split(/\s+/)[0];
+        if (fn) locations.get(lastLoc)?.push(fn);
+      }
+    } else if (section === 'mappings' && line.trim() !== '') {
+      mappings.push(line.trim());
+    }
+  }
+  return {
+    types,
+    defaultType: defaultType || (types[types.length - 1] ?? ''),
+    period,
+    comments,
+    mappings,
+    samples: pending.map((p) => ({
+      values: p.values,
+      labels: p.labels,
+      functions: p.locs.map((id) => locations.get(id) ?? []),
+    })),
+  };
+}
+
+/** `go tool pprof -raw [binary] file`, parsed. Throws with pprof's stderr on failure. */
+export function pprofRaw(file: string, binary?: string, extra: string[] = []): RawProfile {
+  const args = ['tool', 'pprof', '-raw', ...extra, ...(binary ? [binary] : []), file];
+  const r = run('go', args, { PPROF_TMPDIR: tempDir('mpp-pprof-') });
+  if (r.status !== 0) throw new Error(`go tool pprof failed (${r.status}): ${r.stderr}`);
+  return parsePprofRaw(r.stdout);
+}
+
+export function sampleValue(profile: RawProfile, s: RawSample, type: string): number {
+  const i = profile.types.indexOf(type);
+  if (i < 0) throw new Error(`no sample type ${type} in ${profile.types.join(',')}`);
+  return s.values[i]!;
+}
+
+export function stackHas(s: RawSample, fn: string): boolean {
+  return s.functions.some((names) => names.includes(fn));
+}
+
+/** A heap_v2 text profile's header and rows (raw sampled counts). */
+export interface HeapText {
+  header: { inuseCount: number; inuseBytes: number; allocCount: number; allocBytes: number; interval: number };
+  rows: { inuseCount: number; inuseBytes: number; allocCount: number; allocBytes: number; stack: string[] }[];
+  comments: Map<string, string>;
+  maps: string[];
+}
+
+export function parseHeapText(text: string): HeapText {
+  const lines = text.split('\n');
+  const h = /^heap profile:\s*(\d+):\s*(\d+)\s*\[\s*(\d+):\s*(\d+)\s*\]\s*@\s*heap_v2\/(\d+)$/.exec(lines[0] ?? '');
+  if (!h) throw new Error(`bad heap_v2 header: ${lines[0]}`);
+  const out: HeapText = {
+    header: { inuseCount: +h[1]!, inuseBytes: +h[2]!, allocCount: +h[3]!, allocBytes: +h[4]!, interval: +h[5]! },
+    rows: [],
+    comments: new Map(),
+    maps: [],
+  };
+  let inMaps = false;
+  for (const line of lines.slice(1)) {
+    if (inMaps) {
+      if (line !== '') out.maps.push(line);
+      continue;
+    }
+    if (line === 'MAPPED_LIBRARIES:') {
+      inMaps = true;
+      continue;
+    }
+    const c = /^# ([a-z_]+): (-?\d+)$/.exec(line);
+    if (c) {
+      out.comments.set(c[1]!, c[2]!);
+      continue;
+    }
+    const r = /^\s*(\d+):\s*(\d+)\s*\[\s*(\d+):\s*(\d+)\s*\]\s*@((?: 0x[0-9a-f]+)+)$/.exec(line);
+    if (r) {
+      out.rows.push({
+        inuseCount: +r[1]!,
+        inuseBytes: +r[2]!,
+        allocCount: +r[3]!,
+        allocBytes: +r[4]!,
+        stack: r[5]!.trim().split(' '),
+      });
+    } else if (line.trim() !== '' && !line.startsWith('#')) {
+      throw new Error(`unexpected heap_v2 line: ${line}`);
+    }
+  }
+  return out;
+}
+
+/** Horvitz-Thompson weight of one sample of `size` bytes at mean interval R. */
+export function weight(size: number, interval: number): number {
+  return 1 / -Math.expm1(-size / interval);
+}
