@@ -39,8 +39,11 @@ export function fixture(name: string, opts: { flags?: string[]; variant?: string
     src,
     '-o',
     out,
-    // the public API lives in the preload library; resolved at run time from LD_PRELOAD
-    '-Wl,--unresolved-symbols=ignore-all',
+    // fixtures that call the public API link the library (as-needed: the others do not)
+    '-Wl,--as-needed',
+    `-L${join(root, 'build')}`,
+    `-Wl,-rpath,${join(root, 'build')}`,
+    '-lmimalloc-pprof',
     '-lm',
     '-lpthread',
   ];
@@ -82,7 +85,17 @@ export function run(cmd: string, args: string[], env: Record<string, string> = {
 export interface RawSample {
   values: number[];
   functions: string[][]; // per location, inlined names innermost first
+  addresses: number[]; // per location, as listed (call instruction for proto)
   labels: string;
+}
+
+export interface RawMapping {
+  id: number;
+  start: number;
+  limit: number;
+  offset: number;
+  file: string;
+  buildId: string;
 }
 
 export interface RawProfile {
@@ -91,7 +104,7 @@ export interface RawProfile {
   period: number;
   comments: string[];
   samples: RawSample[];
-  mappings: string[];
+  mappings: RawMapping[];
 }
 
 /** Parses the deterministic `-raw` listing of the real google/pprof. */
@@ -103,7 +116,8 @@ export function parsePprofRaw(text: string): RawProfile {
   const comments: string[] = [];
   const pending: { values: number[]; locs: number[]; labels: string }[] = [];
   const locations = new Map<number, string[]>();
-  const mappings: string[] = [];
+  const addresses = new Map<number, number>();
+  const mappings: RawMapping[] = [];
   let section = '';
   let lastLoc = -1;
   for (const line of lines) {
@@ -130,17 +144,21 @@ export function parsePprofRaw(text: string): RawProfile {
         pending[pending.length - 1]!.labels += line.trim();
       }
     } else if (section === 'locations') {
-      const m = /^\s*(\d+): 0x[0-9a-f]+(?: M=\d+)?\s*(.*)$/.exec(line);
+      const m = /^\s*(\d+): (0x[0-9a-f]+)(?: M=\d+)?\s*(.*)$/.exec(line);
       if (m) {
         lastLoc = Number(m[1]);
-        const fn = (m[2] ?? '').trim().split(/\s+/)[0] ?? '';
+        addresses.set(lastLoc, Number(m[2]));
+        const fn = (m[3] ?? '').trim().split(/\s+/)[0] ?? '';
         locations.set(lastLoc, fn ? [fn] : []);
       } else if (line.trim() !== '' && lastLoc >= 0) {
         const fn = line.trim().split(/\s+/)[0];
         if (fn) locations.get(lastLoc)?.push(fn);
       }
     } else if (section === 'mappings' && line.trim() !== '') {
-      mappings.push(line.trim());
+      const m = /^(\d+): (0x[0-9a-f]+)\/(0x[0-9a-f]+)\/(0x[0-9a-f]+)\s+(\S*)\s*([0-9a-f]*)/.exec(line.trim());
+      if (m) {
+        mappings.push({ id: +m[1]!, start: Number(m[2]), limit: Number(m[3]), offset: Number(m[4]), file: m[5]!, buildId: m[6]! });
+      }
     }
   }
   return {
@@ -153,6 +171,7 @@ export function parsePprofRaw(text: string): RawProfile {
       values: p.values,
       labels: p.labels,
       functions: p.locs.map((id) => locations.get(id) ?? []),
+      addresses: p.locs.map((id) => addresses.get(id) ?? 0),
     })),
   };
 }
@@ -227,4 +246,28 @@ export function parseHeapText(text: string): HeapText {
 /** Horvitz-Thompson weight of one sample of `size` bytes at mean interval R. */
 export function weight(size: number, interval: number): number {
   return 1 / -Math.expm1(-size / interval);
+}
+
+/**
+ * Names the frames of `binary` in a profile from its ELF symbol table (binutils nm), for
+ * code that `go tool pprof` cannot symbolise (its object reader does not resolve C++).
+ * Returns, per sample, the demangled function names of frames inside the binary.
+ */
+export function symbolizeWithNm(profile: RawProfile, binary: string): string[][] {
+  const nm = run('nm', ['-C', '-S', '--defined-only', binary]);
+  if (nm.status !== 0) throw new Error(`nm failed: ${nm.stderr}`);
+  const syms = nm.stdout
+    .split('\n')
+    .map((l) => /^([0-9a-f]+) ([0-9a-f]+) [tTwW] (.+)$/.exec(l))
+    .filter((m): m is RegExpExecArray => m !== null)
+    .map((m) => ({ lo: parseInt(m[1]!, 16), hi: parseInt(m[1]!, 16) + parseInt(m[2]!, 16), name: m[3]!.replace(/\(.*$/, '') }));
+  const mapping = profile.mappings.find((m) => m.file === binary);
+  if (!mapping) throw new Error(`no mapping for ${binary}`);
+  // PIE text: file offset equals virtual address for the fixtures (checked by readelf in tests).
+  return profile.samples.map((s) =>
+    s.addresses
+      .filter((a) => a >= mapping.start && a < mapping.limit)
+      .map((a) => a - mapping.start + mapping.offset)
+      .map((v) => syms.find((f) => v >= f.lo && v < f.hi)?.name ?? '?'),
+  );
 }

@@ -3,9 +3,10 @@
  * First a frame-pointer walk: cheap (about a nanosecond a frame), and the only method that
  * crosses V8's JIT frames, which have frame pointers but no unwind tables. Every step is
  * checked against the thread's stack bounds, alignment and strictly increasing addresses.
- * A chain that ends on a bad link rather than on a null frame pointer (code built without
- * frame pointers: glibc's strdup, libstdc++, programs built with -O2) is captured again
- * with the unwind-table unwinder (glibc backtrace), and the deeper of the two is kept.
+ * A chain that ends on a bad link, or on a null frame pointer anywhere but in libc's thread
+ * and process start routines (code built without frame pointers: glibc's strdup,
+ * libstdc++, programs built with -O2, where rbp may still be the 0 that _start left), is
+ * captured again with the unwind-table unwinder (glibc backtrace); the deeper one is kept.
  *
  * Runs with mp_tls.in_profiler set and no profiler lock held: backtrace() may allocate on
  * first use (it loads libgcc_s), which mp_stack_init does ahead of time. */
@@ -15,31 +16,47 @@
 #include <link.h>
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 
-static uintptr_t self_lo, self_hi; /* this library's executable segments */
+typedef struct text_range_s {
+  uintptr_t base; /* load base, to find the object */
+  uintptr_t lo, hi; /* its executable segments */
+} text_range_t;
 
-static int find_self(struct dl_phdr_info* info, size_t size, void* arg) {
+static text_range_t self_text; /* this library */
+static text_range_t libc_text; /* where complete chains end */
+
+static int find_text(struct dl_phdr_info* info, size_t size, void* arg) {
   (void)size;
-  uintptr_t base = (uintptr_t)arg;
-  if (info->dlpi_addr != base) return 0;
+  text_range_t* r = arg;
+  if (info->dlpi_addr != r->base) return 0;
   for (int i = 0; i < info->dlpi_phnum; i++) {
     const ElfW(Phdr)* ph = &info->dlpi_phdr[i];
     if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
     uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
-    if (self_lo == 0 || lo < self_lo) self_lo = lo;
-    if (hi > self_hi) self_hi = hi;
+    if (r->lo == 0 || lo < r->lo) r->lo = lo;
+    if (hi > r->hi) r->hi = hi;
   }
   return 1;
 }
+
+static void learn_text(void* symbol, text_range_t* r) {
+  Dl_info info;
+  if (dladdr(symbol, &info) == 0) return;
+  r->base = (uintptr_t)info.dli_fbase;
+  dl_iterate_phdr(find_text, r);
+}
+
+static bool within(const text_range_t* r, uintptr_t pc) { return pc - r->lo < r->hi - r->lo; }
 
 void mp_stack_init(void) {
   static bool done;
   if (done) return;
   done = true;
-  Dl_info info;
-  if (dladdr((void*)&mp_stack_capture, &info) != 0) dl_iterate_phdr(find_self, info.dli_fbase);
+  learn_text((void*)&mp_stack_capture, &self_text);
+  learn_text((void*)&getpid, &libc_text);
   void* warm[4];
   (void)backtrace(warm, 4); /* loads libgcc_s now, not inside a sampled malloc */
 }
@@ -94,7 +111,7 @@ static unsigned unwind_tables(uintptr_t* frames, unsigned max) {
   int got = backtrace(raw, (int)(max + 8));
   unsigned n = 0;
   int i = 0;
-  while (i < got && (uintptr_t)raw[i] >= self_lo && (uintptr_t)raw[i] < self_hi) i++;
+  while (i < got && within(&self_text, (uintptr_t)raw[i])) i++;
   for (; i < got && n < max; i++) frames[n++] = (uintptr_t)raw[i];
   return n;
 }
@@ -106,7 +123,7 @@ unsigned mp_stack_capture(uintptr_t* frames, unsigned max, void* ra, void* fp) {
   frames[0] = (uintptr_t)ra;
   bool broken;
   unsigned n = fp_walk(frames, 1, max, (uintptr_t)fp, &broken);
-  if (broken && n < max) {
+  if (n < max && (broken || !within(&libc_text, frames[n - 1]))) {
     uintptr_t other[MI_PROF_MAX_BT];
     unsigned m = unwind_tables(other, max);
     if (m > n && other[0] == (uintptr_t)ra) {
