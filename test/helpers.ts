@@ -19,7 +19,7 @@ export function tempDir(prefix = 'mpp-test-'): string {
  * Compiles test/native/fixtures/<name>.c or .cc into build/test/<name><variant>, unless the
  * binary is newer than its source. Fixtures are PIE with DWARF so `go tool pprof` names them.
  */
-export function fixture(name: string, opts: { flags?: string[]; variant?: string } = {}): string {
+export function fixture(name: string, opts: { flags?: string[]; libs?: string[]; variant?: string } = {}): string {
   const c = join(fixturesDir, `${name}.c`);
   const cc = join(fixturesDir, `${name}.cc`);
   const src = existsSync(c) ? c : cc;
@@ -44,6 +44,7 @@ export function fixture(name: string, opts: { flags?: string[]; variant?: string
     `-L${join(root, 'build')}`,
     `-Wl,-rpath,${join(root, 'build')}`,
     '-lmimalloc-pprof',
+    ...(opts.libs ?? []),
     '-lm',
     '-lpthread',
   ];
