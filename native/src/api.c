@@ -112,8 +112,8 @@ static bool start_with(const params_t* p) {
     mp_os_set_budget(p->max_bytes);
     mp_reset_dropped();
     atomic_fetch_add(&mp_state.generation, 1);
+    mp_filter_update(true);
     atomic_store_explicit(&mp_state.running, true, memory_order_release);
-    mp_filter_update();
     mp_sampler_restart();
     ok = true;
   }
@@ -169,7 +169,7 @@ void mi_prof_stop(void) {
   mp_lock(&api_lock);
   if (atomic_load(&mp_state.running)) {
     atomic_store(&mp_state.running, false);
-    mp_filter_update();
+    mp_filter_update(false);
     mp_table_clear();
   }
   mp_unlock(&api_lock);
@@ -195,7 +195,7 @@ bool mi_prof_dump_proto(const char* path) { return mp_dump(path, MP_FORMAT_PROTO
 void mi_prof_memory_events_enable(bool enable) {
   mp_lock(&api_lock);
   atomic_store(&mp_events_on, enable);
-  mp_filter_update();
+  mp_filter_update(atomic_load(&mp_state.running));
   mp_unlock(&api_lock);
 }
 
@@ -220,8 +220,11 @@ static void fork_child(void) {
 /* ---- load and exit ----------------------------------------------------------------------------- */
 static void dump_at_exit(void) {
   if (!atomic_load(&mp_state.running) || mp_state.dump_at_exit[0] == 0) return;
-  if (!mp_dump(mp_state.dump_at_exit, mp_state.dump_format))
-    mp_warnf2("cannot write the profile at exit to ", mp_state.dump_at_exit, "");
+  if (!mp_dump(mp_state.dump_at_exit, mp_state.dump_format)) {
+    char path[MI_PROF_DUMP_PATH_MAX];
+    if (!mp_expand_path(mp_state.dump_at_exit, path, sizeof(path))) strcpy(path, mp_state.dump_at_exit);
+    mp_warnf2("cannot write the profile at exit to ", path, "");
+  }
 }
 
 static void say_verbose(void) {
@@ -267,14 +270,20 @@ __attribute__((constructor)) static void mp_load(void) {
   mp_options_init();
   mp_thread_set_ordinal(0);
   mp_thread_init();
+  mp_interpose_init();
   int v = mi_version();
   if ((v >= 300) != (MI_MALLOC_VERSION >= 300))
     mp_write_stderr("warning: the mimalloc loaded is not the major version this library was built against");
   if (mp_env.memory_events) {
     atomic_store(&mp_events_on, true);
-    mp_filter_update();
+    mp_filter_update(false);
   }
   pthread_atfork(fork_prepare, fork_parent, fork_child);
+  /* mimalloc initialises lazily on the first allocation and may leave errno set (its NUMA
+   * probe); do it here, so that a program's first malloc leaves errno alone. */
+  int saved = errno;
+  mi_free(mi_malloc(1));
+  errno = saved;
   atexit(dump_at_exit);
   mp_tls.in_profiler = false;
   if (mp_env.prof) {

@@ -50,7 +50,7 @@ bool mp_dump(const char* path_in, mp_format_t format) {
   snap.interval = (double)mp_state.interval;
   snap.accum = mp_state.accum;
   mp_stats_fill(&snap.stats);
-  if (!mp_snapshot_take(&snap) || (out = mp_os_alloc(sizeof(mp_out_t))) == NULL) {
+  if (!mp_snapshot_take(&snap) || (out = mp_os_alloc_transient(sizeof(mp_out_t))) == NULL) {
     err = ENOMEM;
     goto done;
   }

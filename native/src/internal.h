@@ -36,6 +36,7 @@ void mp_unlock(mp_lock_t* lock);
 /* ---- osmem.c: profiler memory, straight from the OS, counted against the budget ---- */
 void mp_os_set_budget(size_t max_bytes); /* 0: unlimited */
 void* mp_os_alloc(size_t size);          /* zeroed; NULL when over budget or out of memory */
+void* mp_os_alloc_transient(size_t size); /* the same, exempt from the budget (dump buffers) */
 void mp_os_free(void* p, size_t size);
 size_t mp_os_bytes(void);                /* currently held */
 
@@ -138,7 +139,9 @@ void* mp_realloc_slow(void* p, size_t size, void* ra);
 size_t mp_usable_size(const void* p);
 
 void mp_sampler_restart(void);   /* new generation; this thread re-draws now */
-void mp_filter_update(void);     /* recompute the filter from arena + events state */
+/* Recomputes the free-side filter and the entry table: call with profiling true before
+ * marking the profiler running, and with false after marking it stopped. */
+void mp_filter_update(bool profiling);
 void mp_thread_set_ordinal(uint32_t ordinal);
 uint32_t mp_next_ordinal(void);
 void mp_thread_exiting(void);
@@ -165,6 +168,10 @@ void mp_arena_thread_exit(void);
 const char* mp_mimalloc_kind(void);
 
 /* ---- interpose.c ---- */
+/* Points the hot entry points at the watching versions (profiling or exact counters on) or
+ * straight at mimalloc. Called under the lifecycle lock. */
+void mp_entry_update(bool watching);
+void mp_interpose_init(void); /* registers the mimalloc error handler that sets errno */
 /* operator new's failure path: new-handler loop, then std::bad_alloc (or NULL if nothrow). */
 void* mp_new_fail(size_t size, size_t align, bool nothrow);
 

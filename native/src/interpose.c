@@ -1,10 +1,20 @@
-/* The only file that exports libc's allocation names. Each entry point is a fast path of a
- * few instructions in front of the system mimalloc, with glibc's semantics for errno and
- * degenerate arguments:
+/* The only file that exports libc's allocation names, with glibc's semantics for errno and
+ * degenerate arguments, in front of the system mimalloc.
+ *
+ * The hot entry points (malloc, free, calloc, realloc, operator new and delete) jump through
+ * a dispatch table. While the profiler is stopped and exact counters are off, the table
+ * points at mimalloc itself (or a plain wrapper where glibc's semantics differ), so an
+ * armed-but-stopped library costs one indirect jump, as a bare forwarder does. While active
+ * it points at the watching versions:
  *  - allocation: subtract the request from the thread's countdown; no borrow -> mimalloc;
  *  - free: one unsigned range compare against the free-side filter; miss -> mimalloc.
  * Everything else happens in the slow paths (sampler.c). Built without frame pointers so
- * that entry points leave rbp alone: the slow path then sees the caller's frame chain. */
+ * that entry points leave rbp alone, and every hop to a slow path is a tail jump: the slow
+ * path then sees the caller's return address and frame chain.
+ *
+ * Switching the table needs no other synchronisation: no record exists while it points at
+ * mimalloc, and a block sampled after the switch reaches another thread only through that
+ * thread's own synchronisation, which orders the table store before its free. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <mimalloc.h>
@@ -46,13 +56,28 @@ static inline bool filtered(const void* p) { return mp_unlikely((uintptr_t)p - m
 
 static inline bool is_pow2(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
 
-/* ---- C ------------------------------------------------------------------------------------ */
-EXPORT void* malloc(size_t n) {
+static void* enomem(void) {
+  errno = ENOMEM;
+  return NULL;
+}
+
+/* glibc fails an impossible request with ENOMEM; mimalloc returns NULL and reports it to its
+ * error handler (EOVERFLOW or ENOMEM) without touching errno. The handler sets errno, so the
+ * entry points need no size check of their own. */
+static void on_mimalloc_error(int err, void* arg) {
+  (void)arg;
+  if (err == ENOMEM || err == EOVERFLOW) errno = ENOMEM;
+}
+
+void mp_interpose_init(void) { mi_register_error(on_mimalloc_error, NULL); }
+
+/* ---- the dispatch table -------------------------------------------------------------------- */
+static void* watching_malloc(size_t n) {
   if (take(n)) return mi_malloc(n);
   return mp_alloc_slow(n, 0, 0, RA);
 }
 
-EXPORT void free(void* p) {
+static void watching_free(void* p) {
   if (filtered(p)) {
     mp_free_slow(p);
     return;
@@ -60,14 +85,81 @@ EXPORT void free(void* p) {
   mi_free(p);
 }
 
-EXPORT void* calloc(size_t count, size_t size) {
-  size_t n;
-  if (__builtin_mul_overflow(count, size, &n)) {
-    errno = ENOMEM;
-    return NULL;
-  }
+static void* watching_zalloc(size_t n) {
   if (take(n)) return mi_zalloc(n);
   return mp_alloc_slow(n, 0, MP_ZERO, RA);
+}
+
+static void* plain_realloc(void* p, size_t n) {
+  if (n == 0 && p != NULL) { /* glibc: realloc(p, 0) frees p and returns NULL */
+    mi_free(p);
+    return NULL;
+  }
+  return mi_realloc(p, n);
+}
+
+static void* watching_realloc(void* p, size_t n);
+
+static void* plain_new(size_t n) {
+  void* p = mi_malloc(n);
+  if (mp_likely(p != NULL)) return p;
+  return mp_new_fail(n, 0, false);
+}
+
+static void* plain_new_nothrow(size_t n) {
+  void* p = mi_malloc(n);
+  if (mp_likely(p != NULL)) return p;
+  return mp_new_fail(n, 0, true);
+}
+
+static void* watching_new(size_t n) {
+  if (take(n)) return plain_new(n);
+  return mp_alloc_slow(n, 0, MP_NEW, RA);
+}
+
+static void* watching_new_nothrow(size_t n) {
+  if (take(n)) return plain_new_nothrow(n);
+  return mp_alloc_slow(n, 0, MP_NEW | MP_NOTHROW, RA);
+}
+
+typedef struct entry_table_s {
+  void* (*malloc)(size_t);
+  void (*free)(void*);
+  void* (*zalloc)(size_t);
+  void* (*realloc)(void*, size_t);
+  void* (*new)(size_t);
+  void* (*new_nothrow)(size_t);
+} entry_table_t;
+
+static entry_table_t entry = {mi_malloc, mi_free, mi_zalloc, plain_realloc, plain_new, plain_new_nothrow};
+
+void mp_entry_update(bool watching) {
+  if (watching) {
+    __atomic_store_n(&entry.free, watching_free, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&entry.realloc, watching_realloc, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&entry.malloc, watching_malloc, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&entry.zalloc, watching_zalloc, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&entry.new, watching_new, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&entry.new_nothrow, watching_new_nothrow, __ATOMIC_SEQ_CST);
+  } else {
+    __atomic_store_n(&entry.malloc, mi_malloc, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&entry.zalloc, mi_zalloc, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&entry.new, plain_new, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&entry.new_nothrow, plain_new_nothrow, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&entry.realloc, plain_realloc, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&entry.free, mi_free, __ATOMIC_SEQ_CST);
+  }
+}
+
+/* ---- C ------------------------------------------------------------------------------------ */
+EXPORT void* malloc(size_t n) { return entry.malloc(n); }
+
+EXPORT void free(void* p) { entry.free(p); }
+
+EXPORT void* calloc(size_t count, size_t size) {
+  size_t n;
+  if (__builtin_mul_overflow(count, size, &n)) return enomem();
+  return entry.zalloc(n);
 }
 
 static inline void* realloc_impl(void* p, size_t n, void* ra) {
@@ -79,18 +171,18 @@ static inline void* realloc_impl(void* p, size_t n, void* ra) {
   return mp_realloc_slow(p, n, ra);
 }
 
-EXPORT void* realloc(void* p, size_t n) { return realloc_impl(p, n, RA); }
+static void* watching_realloc(void* p, size_t n) { return realloc_impl(p, n, RA); }
+
+EXPORT void* realloc(void* p, size_t n) { return entry.realloc(p, n); }
 
 EXPORT void* reallocarray(void* p, size_t count, size_t size) {
   size_t n;
-  if (__builtin_mul_overflow(count, size, &n)) {
-    errno = ENOMEM;
-    return NULL;
-  }
-  return realloc_impl(p, n, RA);
+  if (__builtin_mul_overflow(count, size, &n)) return enomem();
+  return entry.realloc(p, n);
 }
 
 static inline void* aligned_impl(size_t align, size_t n, void* ra) {
+  if ((ptrdiff_t)n < 0) return enomem(); /* mimalloc's aligned path fails it silently */
   if (take(n)) return mi_malloc_aligned(n, align);
   return mp_alloc_slow(n, align, 0, ra);
 }
@@ -203,10 +295,10 @@ static inline void* new_impl(size_t n, size_t align, unsigned flags, void* ra) {
 }
 
 #define NEW_FORMS(name, ...) EXPORT void* name(__VA_ARGS__)
-NEW_FORMS(_Znwm, size_t n) { return new_impl(n, 0, MP_NEW, RA); }
-NEW_FORMS(_Znam, size_t n) { return new_impl(n, 0, MP_NEW, RA); }
-NEW_FORMS(_ZnwmRKSt9nothrow_t, size_t n, const void* tag) { (void)tag; return new_impl(n, 0, MP_NEW | MP_NOTHROW, RA); }
-NEW_FORMS(_ZnamRKSt9nothrow_t, size_t n, const void* tag) { (void)tag; return new_impl(n, 0, MP_NEW | MP_NOTHROW, RA); }
+NEW_FORMS(_Znwm, size_t n) { return entry.new(n); }
+NEW_FORMS(_Znam, size_t n) { return entry.new(n); }
+NEW_FORMS(_ZnwmRKSt9nothrow_t, size_t n, __attribute__((unused)) const void* tag) { return entry.new_nothrow(n); }
+NEW_FORMS(_ZnamRKSt9nothrow_t, size_t n, __attribute__((unused)) const void* tag) { return entry.new_nothrow(n); }
 NEW_FORMS(_ZnwmSt11align_val_t, size_t n, size_t a) { return new_impl(n, a, MP_NEW, RA); }
 NEW_FORMS(_ZnamSt11align_val_t, size_t n, size_t a) { return new_impl(n, a, MP_NEW, RA); }
 NEW_FORMS(_ZnwmSt11align_val_tRKSt9nothrow_t, size_t n, size_t a, const void* tag) { (void)tag; return new_impl(n, a, MP_NEW | MP_NOTHROW, RA); }

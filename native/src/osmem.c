@@ -19,10 +19,10 @@ void mp_os_set_budget(size_t max_bytes) { atomic_store(&budget, max_bytes); }
 
 size_t mp_os_bytes(void) { return atomic_load_explicit(&held, memory_order_relaxed); }
 
-void* mp_os_alloc(size_t size) {
+static void* os_alloc(size_t size, bool budgeted) {
   if (size == 0) return NULL;
   size = round_pages(size);
-  size_t max = atomic_load_explicit(&budget, memory_order_relaxed);
+  size_t max = budgeted ? atomic_load_explicit(&budget, memory_order_relaxed) : 0;
   size_t before = atomic_fetch_add(&held, size);
   if (max != 0 && before + size > max) {
     atomic_fetch_sub(&held, size);
@@ -35,6 +35,12 @@ void* mp_os_alloc(size_t size) {
   }
   return p;
 }
+
+void* mp_os_alloc(size_t size) { return os_alloc(size, true); }
+
+/* For a dump's own short-lived buffers: a profile must stay writable once the budget that
+ * limits what is kept is full. Still counted in mp_os_bytes while held. */
+void* mp_os_alloc_transient(size_t size) { return os_alloc(size, false); }
 
 void mp_os_free(void* p, size_t size) {
   if (p == NULL || size == 0) return;

@@ -116,16 +116,17 @@ void mp_sampler_restart(void) {
 /* ---- free-side filter ----------------------------------------------------------------- */
 /* Stores are ordered so that every intermediate state covers at least the arena while
  * profiling: a sampled block may be freed on the fast path only when nothing is recorded. */
-void mp_filter_update(void) {
+void mp_filter_update(bool profiling) {
   uintptr_t lo = 0, size = 0;
   if (atomic_load(&mp_events_on)) {
     size = UINTPTR_MAX;
-  } else if (atomic_load(&mp_state.running)) {
+  } else if (profiling) {
     mp_arena_range(&lo, &size);
   }
   __atomic_store_n(&mp_filter_size, UINTPTR_MAX, __ATOMIC_SEQ_CST);
   __atomic_store_n(&mp_filter_lo, lo, __ATOMIC_SEQ_CST);
   __atomic_store_n(&mp_filter_size, size, __ATOMIC_SEQ_CST);
+  mp_entry_update(size != 0);
 }
 
 /* ---- exact counters ------------------------------------------------------------------- */
@@ -203,7 +204,8 @@ mp_noinline void mp_free_slow(void* p) {
   if (p == NULL) return;
   bool guard = t->in_profiler;
   t->in_profiler = true;
-  if (tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed)) count_free(p);
+  /* Allocations made inside the profiler are not counted, so neither are their frees. */
+  if (!guard && (tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed))) count_free(p);
   if (in_arena(p)) mp_table_remove((uintptr_t)p);
   t->in_profiler = guard;
   mi_free(p);

@@ -252,7 +252,7 @@ void mp_table_reset_accum(void) {
       mp_bucket_t** link = &bs->index[k];
       while (*link != NULL) {
         mp_bucket_t* b = *link;
-        b->allocs = b->live;
+        b->allocs = 0;
         if (b->live == 0) {
           *link = b->next;
           bs->count--;
@@ -321,7 +321,7 @@ bool mp_snapshot_take(mp_snapshot_t* snap) {
   rows += 64;
   frames += 64 * MI_PROF_MAX_BT;
   size_t bytes = rows * sizeof(mp_row_t) + frames * sizeof(uintptr_t);
-  char* mem = mp_os_alloc(bytes);
+  char* mem = mp_os_alloc_transient(bytes);
   if (mem == NULL) return false;
   snap->rows = (mp_row_t*)mem;
   snap->frames = (uintptr_t*)(mem + rows * sizeof(mp_row_t));

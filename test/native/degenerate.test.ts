@@ -70,10 +70,9 @@ const MODE_EXPECTED: Readonly<Record<Mode, Record<string, string>>> = {
   events: {},
 };
 
-/** Cases where the preload is known to differ from glibc (see the todo tests below). */
+/** errno cases, also tested on their own below. */
 const ERRNO_ON_IMPOSSIBLE_REQUEST = ['malloc_size_max', 'malloc_ptrdiff_max_plus_1', 'memalign_64_size_max'];
 const ERRNO_ON_FIRST_ALLOCATION = ['first_malloc_16'];
-const KNOWN = new Set([...ERRNO_ON_IMPOSSIBLE_REQUEST, ...ERRNO_ON_FIRST_ALLOCATION]);
 
 function glibcVersion(): [number, number] {
   const r = spawnSync('getconf', ['GNU_LIBC_VERSION'], { encoding: 'utf8' });
@@ -163,18 +162,13 @@ for (const mode of PRELOADED) {
   test(`${DESCRIPTION[mode]}: degenerate arguments behave as glibc >= 2.38`, () => {
     checkCases(
       mode,
-      Object.keys(EXPECTED).filter((n) => !KNOWN.has(n)),
+      Object.keys(EXPECTED),
     );
   });
 }
 
 test(
   'impossible requests (SIZE_MAX, > PTRDIFF_MAX) set errno to ENOMEM under the preload',
-  {
-    todo:
-      'library bug: mimalloc 2.0.9 returns NULL without setting errno for requests above PTRDIFF_MAX, ' +
-      'and the slow path (sampler.c alloc_common) passes the NULL through; it should set errno = ENOMEM',
-  },
   () => {
     for (const mode of PRELOADED) checkCases(mode, ERRNO_ON_IMPOSSIBLE_REQUEST);
   },
@@ -182,12 +176,6 @@ test(
 
 test(
   "the process's first successful malloc leaves errno alone under the preload",
-  {
-    todo:
-      "library bug (minor): mimalloc's lazy NUMA node count (access(\"/sys/devices/system/node/node1\")) " +
-      'leaves errno = ENOENT on the first allocation unless the profiler started at load; ' +
-      'the constructor should warm mimalloc up with errno saved',
-  },
   () => {
     for (const mode of PRELOADED) checkCases(mode, ERRNO_ON_FIRST_ALLOCATION);
   },
