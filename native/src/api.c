@@ -272,7 +272,7 @@ __attribute__((constructor)) static void mp_load(void) {
   mp_thread_init();
   mp_interpose_init();
   int v = mi_version();
-  if ((v >= 300) != (MI_MALLOC_VERSION >= 300))
+  if (MP_MI_MAJOR(v) != MP_MI_MAJOR(MI_MALLOC_VERSION))
     mp_write_stderr("warning: the mimalloc loaded is not the major version this library was built against");
   if (mp_env.memory_events) {
     atomic_store(&mp_events_on, true);

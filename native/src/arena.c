@@ -19,7 +19,7 @@
 
 #include "internal.h"
 
-#if MI_MALLOC_VERSION >= 300
+#if MP_MI_MAJOR(MI_MALLOC_VERSION) >= 3
 #define MP_HEAP_PER_THREAD 0
 #else
 #define MP_HEAP_PER_THREAD 1

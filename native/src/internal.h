@@ -22,6 +22,9 @@
 /* Internal names are hidden, so the fast paths reach them without the GOT. */
 #pragma GCC visibility push(hidden)
 
+/* mimalloc's major version: MI_MALLOC_VERSION is 209 for 2.0.9, 20401 for 2.4.1, 30403 for 3.4.3. */
+#define MP_MI_MAJOR(v) ((v) >= 10000 ? (v) / 10000 : (v) / 100)
+
 #define mp_likely(x) __builtin_expect(!!(x), 1)
 #define mp_unlikely(x) __builtin_expect(!!(x), 0)
 #define mp_noinline __attribute__((noinline))

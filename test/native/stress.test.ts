@@ -16,7 +16,7 @@ interface StressOutput {
   restarted: number;
 }
 
-const bin = () => fixture('stress', { libs: ['-lmimalloc'] });
+const bin = () => fixture('stress', { libs: ['-ldl'] });
 
 function stress(mode: string[]): { out: StressOutput; dir: string; workerSamples: number } {
   const dir = tempDir();
