@@ -173,11 +173,15 @@ static void* sampled_alloc(size_t size, size_t align, bool zero, void* ra, void*
   return p;
 }
 
-static void* alloc_common(mp_thread_t* t, uint64_t left, size_t size, size_t align, unsigned flags, void* ra, void* fp) {
+/* `undo` is what the fast path subtracted from the countdown for this request. */
+static void* alloc_common(mp_thread_t* t, uint64_t left, uint64_t undo, size_t size, size_t align, unsigned flags,
+                          void* ra, void* fp) {
   bool zero = (flags & MP_ZERO) != 0;
   void* p;
   if (t->in_profiler) {
-    t->countdown = 0; /* stay on the slow path until the outer call settles the countdown */
+    /* The profiler's own allocation (unwinder, pthread): never sampled, and the thread's
+     * distance to its next sample must survive it, so the subtraction is undone. */
+    t->countdown += undo;
     p = plain_alloc(size, align, zero);
   } else {
     t->in_profiler = true;
@@ -196,7 +200,7 @@ static uint64_t left_before(mp_thread_t* t, size_t size) { return tls_forced ? t
 mp_noinline void* mp_alloc_slow(size_t size, size_t align, unsigned flags, void* ra) {
   mp_thread_t* t = &mp_tls;
   void* fp = ((void**)__builtin_frame_address(0))[0]; /* the caller's frame: entry points keep rbp */
-  return alloc_common(t, left_before(t, size), size, align, flags, ra, fp);
+  return alloc_common(t, left_before(t, size), size, size, align, flags, ra, fp);
 }
 
 mp_noinline void mp_free_slow(void* p) {
@@ -215,7 +219,7 @@ mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
   mp_thread_t* t = &mp_tls;
   void* fp = ((void**)__builtin_frame_address(0))[0];
   uint64_t left = tls_forced ? tls_left : t->countdown; /* realloc's fast path subtracts nothing */
-  if (p == NULL) return alloc_common(t, left, size, 0, 0, ra, fp);
+  if (p == NULL) return alloc_common(t, left, 0, size, 0, 0, ra, fp);
   if (size == 0) { /* glibc: realloc(p, 0) frees p and returns NULL */
     mp_free_slow(p);
     return NULL;
