@@ -194,12 +194,15 @@ typedef struct mp_bucket_s {
   uint64_t live;            /* sampled, live */
   uint64_t allocs;          /* sampled, since start or reset */
   uint32_t depth;
+  int32_t tid;              /* the allocating thread (kernel id) */
+  char thread[16];          /* its name when the bucket was made (NUL-padded) */
   uintptr_t frames[];       /* return addresses, leaf first */
 } mp_bucket_t;
 
 void mp_table_init(void);
 /* Records a sample of `size` bytes at p. False when the profiler memory budget is hit. */
-bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned depth);
+bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned depth, int32_t tid,
+                  const char thread[16]);
 /* Removes the record of p if there is one; returns its requested size, or 0. */
 size_t mp_table_remove(uintptr_t p);
 void mp_table_clear(void);        /* stop: drop everything */
@@ -221,6 +224,8 @@ typedef struct mp_row_s {
   uint64_t allocs;
   uint32_t depth;
   uint32_t first;   /* index of the leaf frame in mp_snapshot_t.frames */
+  int32_t tid;
+  char thread[16];
 } mp_row_t;
 
 typedef struct mp_snapshot_s {

@@ -26,11 +26,22 @@
 /* Fixed string-table indexes; mapping strings follow MP_STR_FIXED (+1 with events). */
 enum {
   MP_STR_EMPTY = 0, MP_STR_ALLOC_OBJECTS, MP_STR_COUNT, MP_STR_ALLOC_SPACE, MP_STR_BYTES,
-  MP_STR_INUSE_OBJECTS, MP_STR_INUSE_SPACE, MP_STR_SPACE, MP_STR_COMMENT, MP_STR_FIXED
+  MP_STR_INUSE_OBJECTS, MP_STR_INUSE_SPACE, MP_STR_SPACE, MP_STR_THREAD, MP_STR_TID, MP_STR_COMMENT, MP_STR_FIXED
 };
 static const char* const mp_fixed_strings[MP_STR_COMMENT] = {
-  "", "alloc_objects", "count", "alloc_space", "bytes", "inuse_objects", "inuse_space", "space"
+  "", "alloc_objects", "count", "alloc_space", "bytes", "inuse_objects", "inuse_space", "space", "thread", "tid"
 };
+
+#define MP_THREAD_NAMES_MAX 256 /* distinct thread names labelled; more share the last */
+
+/* Index of `name` in names[0..*n), appended if new (while room). */
+static uint32_t mp_thread_name_index(char (*names)[16], uint32_t* n, const char* name) {
+  for (uint32_t i = 0; i < *n; i++)
+    if (memcmp(names[i], name, 16) == 0) return i;
+  if (*n == MP_THREAD_NAMES_MAX) return *n - 1;
+  memcpy(names[*n], name, 16);
+  return (*n)++;
+}
 
 #define MP_BUILD_ID_MAX 64 /* bytes of build id kept; longer ids are truncated */
 
@@ -319,6 +330,17 @@ void mp_write_proto(mp_out_t* out, const mp_snapshot_t* snap) {
     }
   }
 
+  /* string indexes after the fixed strings and comments: mapping names and build ids, then
+   * thread names (all known before the samples that refer to them are written) */
+  uint64_t next_str = MP_STR_COMMENT + (snap->stats.memory_events ? 2 : 1);
+  for (size_t i = 0; i < m.nobjs; i++) {
+    m.objs[i].name_idx = next_str++;
+    m.objs[i].bid_idx = m.objs[i].bid_len ? next_str++ : 0;
+  }
+  static char thread_names[MP_THREAD_NAMES_MAX][16]; /* dumps are serialised by the caller */
+  uint32_t nthreads = 0;
+  uint64_t first_thread_str = next_str;
+
   /* sample_type, in Go's heap order */
   pb_out_value_type(out, 1, MP_STR_ALLOC_OBJECTS, MP_STR_COUNT);
   pb_out_value_type(out, 1, MP_STR_ALLOC_SPACE, MP_STR_BYTES);
@@ -344,13 +366,18 @@ void mp_write_proto(mp_out_t* out, const mp_snapshot_t* snap) {
     uint8_t vtmp[48];
     pb_buf_t vb = { vtmp, 0 };
     for (int i = 0; i < 4; i++) pb_varint(&vb, (uint64_t)vals[i]); /* negatives: 10 bytes */
-    uint8_t ltmp[40];
-    pb_buf_t lb = { ltmp, 0 };
+    /* labels: bytes = the sample size; thread = the thread's name; tid = its kernel id */
+    uint8_t ltmp[40], ttmp[40], itmp[40];
+    pb_buf_t lb = { ltmp, 0 }, tb = { ttmp, 0 }, ib = { itmp, 0 };
     pb_uint(&lb, 1, MP_STR_BYTES);
     pb_uint(&lb, 3, row->size);
     pb_uint(&lb, 4, MP_STR_BYTES);
+    pb_uint(&tb, 1, MP_STR_THREAD);
+    pb_uint(&tb, 2, first_thread_str + mp_thread_name_index(thread_names, &nthreads, row->thread));
+    pb_uint(&ib, 1, MP_STR_TID);
+    pb_uint(&ib, 3, (uint64_t)row->tid);
     size_t body = (idb.len ? 1 + pb_vlen(idb.len) + idb.len : 0) + 1 + pb_vlen(vb.len) + vb.len +
-                  1 + pb_vlen(lb.len) + lb.len;
+                  1 + pb_vlen(lb.len) + lb.len + 1 + pb_vlen(tb.len) + tb.len + 1 + pb_vlen(ib.len) + ib.len;
     uint8_t hdr[16];
     size_t h = pb_put_varint(hdr, (2 << 3) | 2);
     h += pb_put_varint(hdr + h, body);
@@ -358,14 +385,11 @@ void mp_write_proto(mp_out_t* out, const mp_snapshot_t* snap) {
     if (idb.len) pb_out_ld(out, 1, ids, idb.len);
     pb_out_ld(out, 2, vtmp, vb.len);
     pb_out_ld(out, 3, ltmp, lb.len);
+    pb_out_ld(out, 3, ttmp, tb.len);
+    pb_out_ld(out, 3, itmp, ib.len);
   }
 
   /* mappings: ids are 1-based segment positions; the main program comes first */
-  uint64_t next_str = MP_STR_COMMENT + (snap->stats.memory_events ? 2 : 1);
-  for (size_t i = 0; i < m.nobjs; i++) {
-    m.objs[i].name_idx = next_str++;
-    m.objs[i].bid_idx = m.objs[i].bid_len ? next_str++ : 0;
-  }
   for (size_t i = 0; i < m.nsegs; i++) {
     const mp_seg_t* s = &m.segs[i];
     uint8_t tmp[80];
@@ -411,6 +435,7 @@ void mp_write_proto(mp_out_t* out, const mp_snapshot_t* snap) {
     pb_out_ld(out, 6, m.pool + m.objs[i].name_off, m.objs[i].name_len);
     if (m.objs[i].bid_len) pb_out_ld(out, 6, m.pool + m.objs[i].bid_off, m.objs[i].bid_len);
   }
+  for (uint32_t i = 0; i < nthreads; i++) pb_out_ld(out, 6, thread_names[i], strnlen(thread_names[i], 16));
 
   struct timespec ts;
   if (clock_gettime(CLOCK_REALTIME, &ts) == 0) {

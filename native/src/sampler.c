@@ -18,6 +18,7 @@
 #include <math.h>
 #include <mimalloc.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -157,6 +158,14 @@ static bool in_arena(const void* p) {
   return (uintptr_t)p - lo < size;
 }
 
+/* The calling thread's name (NUL-padded); read per sample, since threads rename themselves. */
+static const char* thread_name(void) {
+  static __thread char name[16] __attribute__((tls_model("initial-exec")));
+  memset(name, 0, sizeof(name));
+  if (prctl(PR_GET_NAME, name, 0, 0, 0) != 0) memcpy(name, "?", 2);
+  return name;
+}
+
 /* Allocates a sampled block in the arena and records it; a sample that cannot be kept
  * (arena full or alignment too large, budget hit, thread exiting) is counted as dropped
  * and the allocation is served normally. */
@@ -167,7 +176,7 @@ static void* sampled_alloc(size_t size, size_t align, bool zero, void* ra, void*
   if (p == NULL) {
     p = plain_alloc(size, align, zero);
     if (p != NULL) mp_count_dropped();
-  } else if (!mp_table_add((uintptr_t)p, size, frames, depth)) {
+  } else if (!mp_table_add((uintptr_t)p, size, frames, depth, (int32_t)syscall(SYS_gettid), thread_name())) {
     mp_count_dropped();
   }
   return p;

@@ -57,8 +57,8 @@ static uint64_t mix(uint64_t h) {
   return h ^ (h >> 33);
 }
 
-static uint64_t hash_stack(size_t size, const uintptr_t* frames, unsigned depth) {
-  uint64_t h = mix(size + 0x9E3779B97F4A7C15ull);
+static uint64_t hash_stack(size_t size, const uintptr_t* frames, unsigned depth, int32_t tid) {
+  uint64_t h = mix(size + 0x9E3779B97F4A7C15ull) ^ mix((uint64_t)(uint32_t)tid);
   for (unsigned i = 0; i < depth; i++) h = mix(h ^ frames[i]) + i;
   return h;
 }
@@ -87,10 +87,11 @@ static bool bucket_index_grow(bucket_shard_t* s) {
 }
 
 /* Under the shard lock: the bucket for (size, frames), created if absent; NULL on budget. */
-static mp_bucket_t* bucket_get(bucket_shard_t* s, uint64_t h, size_t size, const uintptr_t* frames, unsigned depth) {
+static mp_bucket_t* bucket_get(bucket_shard_t* s, uint64_t h, size_t size, const uintptr_t* frames, unsigned depth,
+                               int32_t tid, const char thread[16]) {
   if (s->index_cap == 0 && !bucket_index_grow(s)) return NULL;
   for (mp_bucket_t* b = s->index[h & (s->index_cap - 1)]; b != NULL; b = b->next)
-    if (b->hash == h && b->size == size && b->depth == depth &&
+    if (b->hash == h && b->size == size && b->depth == depth && b->tid == tid &&
         memcmp(b->frames, frames, depth * sizeof(uintptr_t)) == 0)
       return b;
   if (s->count >= s->index_cap) (void)bucket_index_grow(s);
@@ -99,6 +100,8 @@ static mp_bucket_t* bucket_get(bucket_shard_t* s, uint64_t h, size_t size, const
   b->hash = h;
   b->size = size;
   b->depth = depth;
+  b->tid = tid;
+  memcpy(b->thread, thread, sizeof(b->thread));
   memcpy(b->frames, frames, depth * sizeof(uintptr_t));
   size_t j = h & (s->index_cap - 1);
   b->next = s->index[j];
@@ -160,8 +163,9 @@ static void bucket_release_live(mp_bucket_t* b) {
   mp_unlock(&bs->lock);
 }
 
-bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned depth) {
-  uint64_t h = hash_stack(size, frames, depth);
+bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned depth, int32_t tid,
+                  const char thread[16]) {
+  uint64_t h = hash_stack(size, frames, depth, tid);
   bucket_shard_t* bs = &bshards[h % SHARDS];
   mp_lock(&bs->lock);
   unsigned generation = atomic_load(&mp_state.generation);
@@ -169,7 +173,7 @@ bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned de
     mp_unlock(&bs->lock);
     return true;
   }
-  mp_bucket_t* b = bucket_get(bs, h, size, frames, depth);
+  mp_bucket_t* b = bucket_get(bs, h, size, frames, depth, tid, thread);
   if (b == NULL) {
     mp_unlock(&bs->lock);
     return false;
@@ -340,6 +344,8 @@ bool mp_snapshot_take(mp_snapshot_t* snap) {
         r->allocs = b->allocs;
         r->depth = b->depth;
         r->first = (uint32_t)snap->nframes;
+        r->tid = b->tid;
+        memcpy(r->thread, b->thread, sizeof(r->thread));
         memcpy(&snap->frames[snap->nframes], b->frames, b->depth * sizeof(uintptr_t));
         snap->nframes += b->depth;
       }
