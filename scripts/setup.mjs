@@ -65,7 +65,22 @@ if (!hasMimalloc()) {
   }
 }
 
-const make = spawnSync('make', ['-s', '-C', join(root, 'native'), `BUILD=${join(root, 'build')}`], {
+// Node's own headers, for the Node-API addon (the in-process API and `run`'s exit hook).
+const includeCandidates = [
+  process.env.npm_config_nodedir,
+  process.config.variables.node_prefix,
+  join(dirname(process.execPath), '..'),
+  '/usr',
+  '/usr/local',
+]
+  .filter((d) => typeof d === 'string' && d !== '')
+  .map((d) => join(d, 'include', 'node'));
+const nodeInclude = includeCandidates.find((d) => existsSync(join(d, 'node_api.h')));
+if (nodeInclude === undefined) {
+  fail(`Node's headers (node_api.h) are missing: looked in ${includeCandidates.join(', ')}; install the headers of this Node ${process.version}`);
+}
+
+const make = spawnSync('make', ['-s', '-C', join(root, 'native'), `BUILD=${join(root, 'build')}`, `NODE_INCLUDE=${nodeInclude}`], {
   stdio: 'inherit',
 });
 if (make.status !== 0) fail('building the preload library failed (see above)');

@@ -1,0 +1,250 @@
+/* The Node-API bridge to the preload library's C API, for code running inside a process
+ * that was started with the preload (the `run` command's exit hook, the in-process API).
+ *
+ * It never links the library: the mi_prof_* entry points are looked up in the process
+ * (dlsym RTLD_DEFAULT) when the module loads. Without the preload every call throws one
+ * documented error and nothing else happens. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <node_api.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "mimalloc-pprof/profile.h"
+
+typedef struct api_s {
+  bool (*start_ex)(const mi_prof_config_t*);
+  void (*stop)(void);
+  void (*reset)(void);
+  bool (*is_enabled)(void);
+  bool (*dump)(const char*);
+  bool (*dump_proto)(const char*);
+  bool (*stats_get)(mi_prof_stats_t*);
+  void (*events_enable)(bool);
+  bool (*events_enabled)(void);
+  int (*mi_version)(void);
+} api_t;
+
+static api_t api;
+static bool api_ok;
+
+#define LOOKUP(field, name) (api.field = (__typeof__(api.field))dlsym(RTLD_DEFAULT, name)) != NULL
+
+static void resolve(void) {
+  api_ok = LOOKUP(start_ex, "mi_prof_start_ex") && LOOKUP(stop, "mi_prof_stop") && LOOKUP(reset, "mi_prof_reset") &&
+           LOOKUP(is_enabled, "mi_prof_is_enabled") && LOOKUP(dump, "mi_prof_dump") &&
+           LOOKUP(dump_proto, "mi_prof_dump_proto") && LOOKUP(stats_get, "mi_prof_stats_get") &&
+           LOOKUP(events_enable, "mi_prof_memory_events_enable") &&
+           LOOKUP(events_enabled, "mi_prof_memory_events_enabled") && LOOKUP(mi_version, "mi_version");
+}
+
+#define CHECK(call)                                          \
+  do {                                                       \
+    if ((call) != napi_ok) {                                 \
+      napi_throw_error(env, NULL, "node-api call failed");   \
+      return NULL;                                           \
+    }                                                        \
+  } while (0)
+
+static napi_value throw_code(napi_env env, const char* code, const char* msg) {
+  napi_throw_error(env, code, msg);
+  return NULL;
+}
+
+static napi_value not_preloaded(napi_env env) {
+  return throw_code(env, "MPP_ERR_NOT_PRELOADED",
+                    "this process does not run under the mimalloc-pprof preload library (LD_PRELOAD)");
+}
+
+static napi_value make_bool(napi_env env, bool v) {
+  napi_value r;
+  CHECK(napi_get_boolean(env, v, &r));
+  return r;
+}
+
+static void set_num(napi_env env, napi_value obj, const char* key, double v) {
+  napi_value n;
+  if (napi_create_double(env, v, &n) == napi_ok) napi_set_named_property(env, obj, key, n);
+}
+
+static void set_str(napi_env env, napi_value obj, const char* key, const char* v) {
+  napi_value s;
+  if (napi_create_string_utf8(env, v, NAPI_AUTO_LENGTH, &s) == napi_ok) napi_set_named_property(env, obj, key, s);
+}
+
+static void set_bool(napi_env env, napi_value obj, const char* key, bool v) {
+  napi_value b;
+  if (napi_get_boolean(env, v, &b) == napi_ok) napi_set_named_property(env, obj, key, b);
+}
+
+static bool get_num(napi_env env, napi_value obj, const char* key, double* out) {
+  bool has = false;
+  napi_value v;
+  napi_valuetype t;
+  if (napi_has_named_property(env, obj, key, &has) != napi_ok || !has) return false;
+  if (napi_get_named_property(env, obj, key, &v) != napi_ok || napi_typeof(env, v, &t) != napi_ok) return false;
+  if (t == napi_number) return napi_get_value_double(env, v, out) == napi_ok;
+  if (t == napi_boolean) {
+    bool b;
+    if (napi_get_value_bool(env, v, &b) != napi_ok) return false;
+    *out = b ? 1 : 0;
+    return true;
+  }
+  if (t == napi_bigint) {
+    uint64_t u;
+    bool lossless;
+    if (napi_get_value_bigint_uint64(env, v, &u, &lossless) != napi_ok) return false;
+    *out = (double)u;
+    return true;
+  }
+  return false;
+}
+
+/* available() -> { available, reason?, mimallocVersion? } */
+static napi_value js_available(napi_env env, napi_callback_info info) {
+  (void)info;
+  napi_value r;
+  CHECK(napi_create_object(env, &r));
+  set_bool(env, r, "available", api_ok);
+  if (!api_ok) set_str(env, r, "reason", "not preloaded: start the process with LD_PRELOAD=$(npx mimalloc-pprof lib)");
+  else set_num(env, r, "mimallocVersion", api.mi_version());
+  return r;
+}
+
+/* start({ interval, seed, accum, btMax, maxBytes }) -> boolean (false: already running) */
+static napi_value js_start(napi_env env, napi_callback_info info) {
+  if (!api_ok) return not_preloaded(env);
+  size_t argc = 1;
+  napi_value argv[1];
+  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  mi_prof_config_t c;
+  memset(&c, 0, sizeof(c));
+  c.size = sizeof(c);
+  c.version = MI_PROF_CONFIG_VERSION;
+  c.mode = MI_PROF_CONFIG_OVERRIDE;
+  double v;
+  if (argc >= 1) {
+    if (get_num(env, argv[0], "interval", &v)) c.sample_interval = (size_t)v;
+    if (get_num(env, argv[0], "maxBytes", &v)) c.max_profiler_bytes = (size_t)v;
+    if (get_num(env, argv[0], "seed", &v)) {
+      c.has_seed = true;
+      c.seed = (uint64_t)v;
+    }
+    if (get_num(env, argv[0], "accum", &v)) c.accum = v != 0;
+    if (get_num(env, argv[0], "btMax", &v)) c.max_stack_depth = (uint32_t)v;
+  }
+  errno = 0;
+  bool ok = api.start_ex(&c);
+  if (!ok && errno != EBUSY) return throw_code(env, "MPP_ERR_START", strerror(errno));
+  return make_bool(env, ok);
+}
+
+static napi_value js_stop(napi_env env, napi_callback_info info) {
+  (void)info;
+  if (!api_ok) return not_preloaded(env);
+  api.stop();
+  return NULL;
+}
+
+static napi_value js_reset(napi_env env, napi_callback_info info) {
+  (void)info;
+  if (!api_ok) return not_preloaded(env);
+  api.reset();
+  return NULL;
+}
+
+static napi_value js_is_running(napi_env env, napi_callback_info info) {
+  (void)info;
+  if (!api_ok) return not_preloaded(env);
+  return make_bool(env, api.is_enabled());
+}
+
+/* dump(path, 'proto' | 'text'): writes atomically; throws with the errno text on failure. */
+static napi_value js_dump(napi_env env, napi_callback_info info) {
+  if (!api_ok) return not_preloaded(env);
+  size_t argc = 2;
+  napi_value argv[2];
+  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  char path[MI_PROF_DUMP_PATH_MAX], format[8] = "proto";
+  size_t len = 0;
+  if (argc < 1 || napi_get_value_string_utf8(env, argv[0], path, sizeof(path), &len) != napi_ok)
+    return throw_code(env, "MPP_ERR_ARGUMENT", "dump(path, format): path must be a string");
+  if (len >= sizeof(path) - 1) return throw_code(env, "MPP_ERR_ARGUMENT", "dump: path too long");
+  if (argc >= 2 && napi_get_value_string_utf8(env, argv[1], format, sizeof(format), &len) != napi_ok)
+    return throw_code(env, "MPP_ERR_ARGUMENT", "dump(path, format): format must be 'proto' or 'text'");
+  bool proto = strcmp(format, "proto") == 0;
+  if (!proto && strcmp(format, "text") != 0)
+    return throw_code(env, "MPP_ERR_ARGUMENT", "dump(path, format): format must be 'proto' or 'text'");
+  if (!(proto ? api.dump_proto(path) : api.dump(path))) {
+    char msg[MI_PROF_DUMP_PATH_MAX + 128];
+    snprintf(msg, sizeof(msg), "cannot write the profile to %s: %s", path, strerror(errno));
+    return throw_code(env, "MPP_ERR_DUMP", msg);
+  }
+  return NULL;
+}
+
+static napi_value js_stats(napi_env env, napi_callback_info info) {
+  (void)info;
+  if (!api_ok) return not_preloaded(env);
+  mi_prof_stats_t s;
+  memset(&s, 0, sizeof(s));
+  s.size = sizeof(s);
+  s.version = MI_PROF_STATS_VERSION;
+  if (!api.stats_get(&s)) return throw_code(env, "MPP_ERR_VERSION", "the preload library's stats version differs");
+  napi_value r;
+  CHECK(napi_create_object(env, &r));
+  set_bool(env, r, "running", s.running);
+  set_num(env, r, "sampleInterval", (double)s.sample_interval);
+  set_num(env, r, "liveSamples", (double)s.live_samples);
+  set_num(env, r, "liveSampledBytes", (double)s.live_sampled_bytes);
+  set_num(env, r, "estimatedLiveBytes", s.estimated_live_bytes);
+  set_num(env, r, "estimatedLiveObjects", s.estimated_live_objects);
+  set_num(env, r, "accumSamples", (double)s.accum_samples);
+  set_num(env, r, "estimatedAccumBytes", s.estimated_accum_bytes);
+  set_num(env, r, "estimatedAccumObjects", s.estimated_accum_objects);
+  set_num(env, r, "uniqueStacks", (double)s.unique_stacks);
+  set_num(env, r, "droppedSamples", (double)s.dropped_samples);
+  set_num(env, r, "profilerBytes", (double)s.profiler_bytes);
+  set_bool(env, r, "memoryEvents", s.memory_events);
+  set_num(env, r, "exactLiveBytes", (double)s.exact_live_bytes);
+  set_num(env, r, "exactLiveObjects", (double)s.exact_live_objects);
+  set_num(env, r, "exactAccumBytes", (double)s.exact_accum_bytes);
+  set_num(env, r, "exactAccumObjects", (double)s.exact_accum_objects);
+  set_num(env, r, "rssBytes", (double)s.rss_bytes);
+  set_num(env, r, "peakRssBytes", (double)s.peak_rss_bytes);
+  set_num(env, r, "commitBytes", (double)s.commit_bytes);
+  set_num(env, r, "peakCommitBytes", (double)s.peak_commit_bytes);
+  set_num(env, r, "pageFaults", (double)s.page_faults);
+  return r;
+}
+
+/* memoryEvents(enable?) -> whether exact counters are on */
+static napi_value js_memory_events(napi_env env, napi_callback_info info) {
+  if (!api_ok) return not_preloaded(env);
+  size_t argc = 1;
+  napi_value argv[1];
+  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  bool enable;
+  if (argc >= 1 && napi_get_value_bool(env, argv[0], &enable) == napi_ok) api.events_enable(enable);
+  return make_bool(env, api.events_enabled());
+}
+
+NAPI_MODULE_INIT() {
+  resolve();
+  static const struct {
+    const char* name;
+    napi_callback fn;
+  } fns[] = {
+      {"available", js_available}, {"start", js_start}, {"stop", js_stop},
+      {"reset", js_reset},         {"isRunning", js_is_running}, {"dump", js_dump},
+      {"stats", js_stats},         {"memoryEvents", js_memory_events},
+  };
+  for (size_t i = 0; i < sizeof(fns) / sizeof(*fns); i++) {
+    napi_value f;
+    if (napi_create_function(env, fns[i].name, NAPI_AUTO_LENGTH, fns[i].fn, NULL, &f) != napi_ok ||
+        napi_set_named_property(env, exports, fns[i].name, f) != napi_ok)
+      return NULL;
+  }
+  return exports;
+}
