@@ -14,7 +14,9 @@
 #include <mimalloc.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -265,6 +267,29 @@ static void say_verbose(void) {
   mp_write_stderr(line);
 }
 
+/* Under `mimalloc-pprof run`, leave <dir>/loaded.<pid>: the proof that the preload took
+ * effect in this process, which ld.so would otherwise skip silently. */
+static void mark_loaded(void) {
+  extern char** environ;
+  static const char key[] = "MIMALLOC_PPROF_RUN_DIR=";
+  const char* dir = NULL;
+  for (char** e = environ; e != NULL && *e != NULL; e++)
+    if (strncmp(*e, key, sizeof(key) - 1) == 0) dir = *e + sizeof(key) - 1;
+  if (dir == NULL || dir[0] == 0) return;
+  char path[MI_PROF_DUMP_PATH_MAX];
+  size_t n = mp_strlen(dir);
+  if (n + 40 >= sizeof(path)) return;
+  memcpy(path, dir, n);
+  memcpy(path + n, "/loaded.", 8);
+  n += 8;
+  n += mp_fmt_u64(path + n, (uint64_t)getpid());
+  path[n] = 0;
+  int saved = errno;
+  int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd >= 0) close(fd);
+  errno = saved;
+}
+
 __attribute__((constructor)) static void mp_load(void) {
   mp_tls.in_profiler = true;
   mp_options_init();
@@ -292,4 +317,5 @@ __attribute__((constructor)) static void mp_load(void) {
     if (!start_with(&p)) mp_write_stderr("MIMALLOC_PROF=1 but the profiler could not start");
   }
   if (mp_env.verbose) say_verbose();
+  mark_loaded();
 }

@@ -1,4 +1,10 @@
 #!/usr/bin/env node
 import { main } from './main.js';
 
-process.exitCode = main(process.argv.slice(2));
+// A closed pipe (`… | head`) ends the output, not with a stack trace.
+process.stdout.on('error', (e: NodeJS.ErrnoException) => {
+  if (e.code === 'EPIPE') process.exit(process.exitCode ?? 0);
+  throw e;
+});
+
+process.exitCode = await main(process.argv.slice(2));

@@ -1,17 +1,70 @@
+/**
+ * The CLI: argv → exit code. Commands are one table (COMMANDS, a Record over CommandName,
+ * so a command without an entry does not compile); each parses its arguments, calls the
+ * library and renders. Exit codes: 0 ok, 2 usage error or bad input (one line on stderr
+ * naming the problem); an internal error prints one line (its stack with
+ * NODE_DEBUG=mimalloc-pprof) and exits 1.
+ */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { debuglog } from 'node:util';
 
 import { MimallocPprofError, UsageError } from '../errors.js';
 import { libraryPath, packageRoot } from '../native/library.js';
+import type { Command, Io, Out } from './args.js';
+import { convertCommand } from './convert.js';
+import { diffCommand } from './diff.js';
+import { runCommand } from './run.js';
+import { topCommand } from './top.js';
 
-const HELP = `Usage: mimalloc-pprof <command> [options]
+const debug = debuglog('mimalloc-pprof');
+
+export type CommandName = 'lib' | 'run' | 'top' | 'diff' | 'convert';
+
+const LIB_HELP = `Usage: mimalloc-pprof lib
+
+Prints the absolute path of the preload library (libmimalloc-pprof.so).
+`;
+
+const libCommand: Command = {
+  summary: 'print the absolute path of the preload library, for\nLD_PRELOAD=$(npx mimalloc-pprof lib) ./app',
+  run(rest, io) {
+    if (rest.includes('-h') || rest.includes('--help')) {
+      io.out.write(LIB_HELP);
+      return 0;
+    }
+    if (rest.length > 0) throw new UsageError(`lib takes no arguments (got ${rest.join(' ')})`);
+    io.out.write(`${libraryPath()}\n`);
+    return 0;
+  },
+};
+
+const COMMANDS: Record<CommandName, Command> = {
+  lib: libCommand,
+  run: {
+    summary: 'run a command on mimalloc with heap profiling (see run --help)',
+    run: (argv) => runCommand(argv),
+  },
+  top: topCommand,
+  diff: diffCommand,
+  convert: convertCommand,
+};
+
+function help(): string {
+  const names = Object.keys(COMMANDS) as CommandName[];
+  const list = names
+    .map((n) => {
+      const [first, ...more] = COMMANDS[n].summary.split('\n');
+      return [`  ${n.padEnd(9)}  ${first}`, ...more.map((l) => `  ${''.padEnd(9)}  ${l}`)].join('\n');
+    })
+    .join('\n');
+  return `Usage: mimalloc-pprof <command> [options]
 
 Commands:
-  lib        print the absolute path of the preload library, for
-             LD_PRELOAD=$(npx mimalloc-pprof lib) ./app
+${list}
 
 Options:
-  -h, --help     show this help
+  -h, --help     show this help (also: <command> --help)
   -v, --version  print the version
 
 Environment (read by the preload library):
@@ -22,44 +75,44 @@ Environment (read by the preload library):
   MIMALLOC_PROF_SEED=n                reproducible sampling
   MIMALLOC_PROF_VERBOSE=1             one line at load: mimalloc version, state
 `;
-
-const LIB_HELP = `Usage: mimalloc-pprof lib
-
-Prints the absolute path of the preload library (libmimalloc-pprof.so).
-`;
+}
 
 function version(): string {
   const pkg = JSON.parse(readFileSync(join(packageRoot, 'package.json'), 'utf8')) as { version: string };
   return pkg.version;
 }
 
-/** Runs the CLI; returns the exit code (0 ok, 2 usage or bad input). */
-export function main(argv: string[], out = process.stdout, err = process.stderr): number {
+function isCommand(name: string): name is CommandName {
+  return Object.prototype.hasOwnProperty.call(COMMANDS, name);
+}
+
+/** One line: newlines in a message would break "one error line" for callers that parse it. */
+function oneLine(s: string): string {
+  return s.replace(/\s*[\r\n]+\s*/g, ' ').trim();
+}
+
+/** Runs the CLI; returns the exit code (0 ok, 2 usage or bad input, 1 internal error). */
+export async function main(argv: string[], out: Out = process.stdout, err: Out = process.stderr): Promise<number> {
+  const io: Io = { out, err };
   try {
     const [command, ...rest] = argv;
     if (command === undefined || command === '-h' || command === '--help' || command === 'help') {
-      out.write(HELP);
+      out.write(help());
       return command === undefined ? 2 : 0;
     }
     if (command === '-v' || command === '--version') {
       out.write(`${version()}\n`);
       return 0;
     }
-    if (command === 'lib') {
-      if (rest.includes('-h') || rest.includes('--help')) {
-        out.write(LIB_HELP);
-        return 0;
-      }
-      if (rest.length > 0) throw new UsageError(`lib takes no arguments (got ${rest.join(' ')})`);
-      out.write(`${libraryPath()}\n`);
-      return 0;
-    }
-    throw new UsageError(`unknown command '${command}' (see mimalloc-pprof --help)`);
+    if (!isCommand(command)) throw new UsageError(`unknown command '${command}' (see mimalloc-pprof --help)`);
+    return await COMMANDS[command].run(rest, io);
   } catch (e) {
     if (e instanceof MimallocPprofError) {
-      err.write(`mimalloc-pprof: ${e.message}\n`);
+      err.write(`mimalloc-pprof: ${oneLine(e.message)}\n`);
       return 2;
     }
-    throw e;
+    debug('%s', e instanceof Error ? e.stack : String(e));
+    err.write(`mimalloc-pprof: internal error: ${oneLine(e instanceof Error ? e.message : String(e))} (details with NODE_DEBUG=mimalloc-pprof)\n`);
+    return 1;
   }
 }

@@ -29,3 +29,14 @@ export function libraryPath(env: NodeJS.ProcessEnv = process.env): string {
   }
   return built;
 }
+
+export const ADDON_FILE = 'mimalloc_pprof.node';
+
+/** Absolute path of the Node-API addon that reaches the preload library from JavaScript. */
+export function addonPath(): string {
+  const built = join(packageRoot, 'build', ADDON_FILE);
+  if (!existsSync(built)) {
+    throw new LibraryMissingError(`the Node addon is not built (${built} is missing): run \`npm install\` in ${packageRoot}`);
+  }
+  return built;
+}

@@ -1,0 +1,114 @@
+/**
+ * Command-line plumbing shared by the commands: parseArgs with errors turned into one-line
+ * UsageErrors, the value checks of shared options, reading and writing profile files.
+ */
+import { readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { parseArgs, type ParseArgsConfig } from 'node:util';
+
+import { FileAccessError, UsageError } from '../errors.js';
+import { DEFAULT_MAX_BYTES, parseProfile } from '../profile/parse.js';
+import type { Profile } from '../profile/model.js';
+
+/** Where a command writes: anything with write(string) (process.stdout, a test buffer). */
+export interface Out {
+  write(s: string): unknown;
+}
+
+export interface Io {
+  out: Out;
+  err: Out;
+}
+
+/** One CLI command: its one-line summary, its --help text, and its body. */
+export interface Command {
+  summary: string;
+  run(argv: string[], io: Io): number | Promise<number>;
+}
+
+type Options = NonNullable<ParseArgsConfig['options']>;
+
+/**
+ * parseArgs (strict, with positionals) for `command`; `--help`/`-h` is added. Returns null
+ * when help was asked for (the caller prints it and exits 0).
+ */
+export function parseCommandArgs<O extends Options>(
+  command: string,
+  argv: string[],
+  options: O,
+  positionals: { min: number; max: number; names: string },
+): { values: Record<string, string | boolean | undefined>; positionals: string[] } | null {
+  let parsed;
+  try {
+    parsed = parseArgs({ args: argv, options: { ...options, help: { type: 'boolean', short: 'h' } }, allowPositionals: true, strict: true });
+  } catch (e) {
+    const msg = e instanceof Error ? e.message.split('\n')[0]!.replace(/\. To specify a positional.*$/, '') : String(e);
+    throw new UsageError(`${command}: ${msg} (see mimalloc-pprof ${command} --help)`);
+  }
+  const values = parsed.values as Record<string, string | boolean | undefined>;
+  if (values.help === true) return null;
+  const n = parsed.positionals.length;
+  if (n < positionals.min || n > positionals.max) {
+    throw new UsageError(`${command} takes ${positionals.names} (got ${n === 0 ? 'nothing' : parsed.positionals.join(' ')})`);
+  }
+  return { values, positionals: parsed.positionals };
+}
+
+/** The sample types a command can show, by name. */
+export const SAMPLE_INDEXES = ['inuse_space', 'inuse_objects', 'alloc_space', 'alloc_objects'] as const;
+export type SampleIndexName = (typeof SAMPLE_INDEXES)[number];
+
+export function sampleIndexArg(command: string, value: string | boolean | undefined): SampleIndexName {
+  if (value === undefined) return 'inuse_space';
+  if (typeof value === 'string' && (SAMPLE_INDEXES as readonly string[]).includes(value)) return value as SampleIndexName;
+  throw new UsageError(`${command}: --sample-index must be one of ${SAMPLE_INDEXES.join(', ')} (got ${String(value)})`);
+}
+
+export function countArg(command: string, value: string | boolean | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value === 'string' && /^[0-9]{1,9}$/.test(value) && Number(value) > 0) return Number(value);
+  throw new UsageError(`${command}: -n must be a positive integer (got ${String(value)})`);
+}
+
+function reason(e: unknown): string {
+  const code = (e as { code?: string }).code;
+  switch (code) {
+    case 'ENOENT':
+      return 'no such file or directory';
+    case 'EACCES':
+    case 'EPERM':
+      return 'permission denied';
+    case 'EISDIR':
+      return 'it is a directory';
+    case 'ENOTDIR':
+      return 'a component of the path is not a directory';
+    default:
+      return e instanceof Error ? e.message.split('\n')[0]! : String(e);
+  }
+}
+
+/** Reads and parses a profile file (any supported format); errors name the file. */
+export function readProfileFile(path: string): Profile {
+  let data: Buffer;
+  try {
+    const st = statSync(path);
+    if (st.isDirectory()) throw Object.assign(new Error('directory'), { code: 'EISDIR' });
+    if (st.size > DEFAULT_MAX_BYTES) throw new FileAccessError(`cannot read ${path}: it is larger than 1 GiB`);
+    data = readFileSync(path);
+  } catch (e) {
+    if (e instanceof FileAccessError) throw e;
+    throw new FileAccessError(`cannot read ${path}: ${reason(e)}`);
+  }
+  return parseProfile(data, path);
+}
+
+/** Writes a file atomically (temporary file + rename); errors name the file. */
+export function writeFileAtomic(path: string, data: Uint8Array | string): void {
+  const tmp = `${path}.tmp-${process.pid}`;
+  try {
+    writeFileSync(tmp, data);
+    renameSync(tmp, path);
+  } catch (e) {
+    rmSync(tmp, { force: true });
+    throw new FileAccessError(`cannot write ${path}: ${reason(e)}`);
+  }
+}

@@ -1,0 +1,296 @@
+/**
+ * `mimalloc-pprof run [options] -- CMD ARGS…`: runs CMD on mimalloc with profiling from its
+ * first allocation, and turns each process's raw profile into one symbolised, gzipped
+ * profile.proto with JavaScript frames named.
+ *
+ * Every process of the run (children, grandchildren, Node or not) gets the preload and a
+ * raw dump named by its pid in a private directory; Node processes also get V8's perf map
+ * and an exit hook that dumps before Node's teardown frees its native memory. After CMD
+ * ends, each raw profile is symbolised here, in this process, and written next to --out.
+ */
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { basename, delimiter, extname, join, resolve } from 'node:path';
+import { constants as osConstants } from 'node:os';
+
+import { Profile } from 'pprof-format';
+
+import { debuglog } from 'node:util';
+
+import { UsageError } from '../errors.js';
+import { addonPath, libraryPath, packageRoot } from '../native/library.js';
+import { isPreloadLibrary, symbolize } from '../symbolize/index.js';
+import { encodeHeapText, encodeProfile } from '../profile/index.js';
+import { writeFileAtomic } from './args.js';
+import { printTop } from './top.js';
+
+const debug = debuglog('mimalloc-pprof');
+
+export const RUN_HELP = `Usage: mimalloc-pprof run [options] -- CMD [ARGS…]
+
+Runs CMD on mimalloc with heap profiling from its first allocation. At the end of each
+process's life it writes one symbolised, gzipped profile.proto (children get their own
+files, named by pid), prints the top in-use allocation sites and the file path, and exits
+with CMD's own status.
+
+Options:
+  --out FILE          profile of the main process (default mimalloc-pprof.pb.gz); other
+                      processes: FILE with .<pid> before the extension
+  --format proto|text gzipped profile.proto (default) or gperftools heap_v2 text
+  --interval BYTES    mean sampling interval, k/m/g suffixes (default 512k)
+  --seed N            reproducible sampling
+  --bt-max N          stack depth, 1-128 (default 64)
+  --top N             rows of the printed table (default 10; 0: none)
+  --no-profile        only run CMD on mimalloc (no profiling)
+  -h, --help          this help
+`;
+
+interface RunOptions {
+  out: string;
+  format: 'proto' | 'text';
+  interval?: number;
+  seed?: bigint;
+  btMax: number;
+  top: number;
+  profile: boolean;
+  command: string[];
+}
+
+const VALUE_OPTIONS = new Set(['--out', '--format', '--interval', '--seed', '--bt-max', '--top']);
+
+export function parseRunArgs(argv: string[]): RunOptions | 'help' {
+  const opts: RunOptions = { out: 'mimalloc-pprof.pb.gz', format: 'proto', btMax: 64, top: 10, profile: true, command: [] };
+  let i = 0;
+  for (; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg === '--') {
+      i++;
+      break;
+    }
+    if (arg === '-h' || arg === '--help') return 'help';
+    if (!arg.startsWith('-')) break; // the command starts here
+    const [name, inline] = arg.includes('=') ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)] : [arg, undefined];
+    if (name === '--no-profile') {
+      opts.profile = false;
+      continue;
+    }
+    if (!VALUE_OPTIONS.has(name)) throw new UsageError(`run: unknown option ${name} (see mimalloc-pprof run --help)`);
+    const value = inline ?? argv[++i];
+    if (value === undefined) throw new UsageError(`run: ${name} needs a value`);
+    switch (name) {
+      case '--out':
+        opts.out = value;
+        break;
+      case '--format':
+        if (value !== 'proto' && value !== 'text') throw new UsageError(`run: --format must be proto or text, not ${value}`);
+        opts.format = value;
+        break;
+      case '--interval':
+        opts.interval = parseSize(value, '--interval');
+        if (opts.interval < 1) throw new UsageError('run: --interval must be at least 1');
+        break;
+      case '--seed':
+        if (!/^\d+$/.test(value)) throw new UsageError(`run: --seed must be a non-negative integer, not ${value}`);
+        opts.seed = BigInt(value);
+        break;
+      case '--bt-max':
+        opts.btMax = integer(value, '--bt-max', 1, 128);
+        break;
+      case '--top':
+        opts.top = integer(value, '--top', 0, 100000);
+        break;
+    }
+  }
+  opts.command = argv.slice(i);
+  if (opts.command.length === 0) throw new UsageError('run: no command given (mimalloc-pprof run [options] -- CMD ARGS…)');
+  return opts;
+}
+
+function packageVersion(): string {
+  return (JSON.parse(readFileSync(join(packageRoot, 'package.json'), 'utf8')) as { version: string }).version;
+}
+
+/** Bytes with an optional k/m/g suffix (powers of 1024), as the preload library reads them. */
+export function parseSize(value: string, name: string): number {
+  const m = /^(\d+)([kmg])?(?:i?b)?$/i.exec(value);
+  if (!m) throw new UsageError(`run: ${name} must be a byte count like 65536 or 512k, not ${value}`);
+  const shift = { k: 10, m: 20, g: 30 }[(m[2] ?? '').toLowerCase() as 'k' | 'm' | 'g'] ?? 0;
+  const n = Number(m[1]) * 2 ** shift;
+  if (!Number.isSafeInteger(n)) throw new UsageError(`run: ${name} is too large: ${value}`);
+  return n;
+}
+
+function integer(value: string, name: string, min: number, max: number): number {
+  if (!/^\d+$/.test(value) || Number(value) < min || Number(value) > max) {
+    throw new UsageError(`run: ${name} must be an integer from ${min} to ${max}, not ${value}`);
+  }
+  return Number(value);
+}
+
+/** PATH lookup, as execvp does. */
+function which(cmd: string, env: NodeJS.ProcessEnv): string | undefined {
+  if (cmd.includes('/')) return existsSync(cmd) ? resolve(cmd) : undefined;
+  for (const dir of (env.PATH ?? '').split(delimiter)) {
+    const candidate = join(dir || '.', cmd);
+    try {
+      if (statSync(candidate).isFile()) return candidate;
+    } catch {
+      /* next */
+    }
+  }
+  return undefined;
+}
+
+/** Reasons the dynamic loader would ignore LD_PRELOAD for this file, if any. */
+function preloadObstacle(file: string): string | undefined {
+  try {
+    const st = statSync(file);
+    if (st.mode & 0o6000) return `${file} is setuid/setgid: the dynamic loader ignores LD_PRELOAD for it`;
+    const head = Buffer.alloc(4096);
+    const fd = readFileSync(file).subarray(0, 4096);
+    fd.copy(head);
+    if (head.readUInt32BE(0) !== 0x7f454c46) return undefined; // a script: its interpreter decides
+    const phoff = Number(head.readBigUInt64LE(0x20));
+    const phentsize = head.readUInt16LE(0x36);
+    const phnum = head.readUInt16LE(0x38);
+    for (let k = 0; k < phnum && phoff + (k + 1) * phentsize <= head.length; k++) {
+      if (head.readUInt32LE(phoff + k * phentsize) === 3) return undefined; // PT_INTERP: dynamic
+    }
+    return `${file} is statically linked: LD_PRELOAD cannot reach its allocator`;
+  } catch {
+    return undefined;
+  }
+}
+
+function withPid(out: string, pid: number): string {
+  const ext = out.endsWith('.pb.gz') ? '.pb.gz' : extname(out);
+  return `${out.slice(0, out.length - ext.length)}.${pid}${ext}`;
+}
+
+export async function runCommand(argv: string[]): Promise<number> {
+  const parsed = parseRunArgs(argv);
+  if (parsed === 'help') {
+    process.stdout.write(RUN_HELP);
+    return 0;
+  }
+  const opts = parsed;
+  const lib = libraryPath();
+  const runDir = mkdtempSync(join(tmpdir(), 'mimalloc-pprof-run-'));
+  try {
+    const env: NodeJS.ProcessEnv = { ...process.env };
+    for (const k of Object.keys(env)) if (k.startsWith('MIMALLOC_PROF')) delete env[k];
+    env.LD_PRELOAD = env.LD_PRELOAD ? `${lib}:${env.LD_PRELOAD}` : lib;
+    env.MIMALLOC_PPROF_RUN_DIR = runDir;
+    if (opts.profile) {
+      env.MIMALLOC_PROF = '1';
+      env.MIMALLOC_PROF_BT_MAX = String(opts.btMax);
+      if (opts.interval !== undefined) env.MIMALLOC_PROF_SAMPLE_INTERVAL = String(opts.interval);
+      if (opts.seed !== undefined) env.MIMALLOC_PROF_SEED = String(opts.seed);
+      env.MIMALLOC_PROF_DUMP_AT_EXIT = join(runDir, 'raw.%p.pb');
+      env.MIMALLOC_PROF_DUMP_FORMAT = 'proto';
+      // Any process of the run may be Node (npx, shebang scripts, children): the options are
+      // inert elsewhere. They name JIT and interpreted frames, and dump before teardown.
+      env.MIMALLOC_PPROF_ADDON = addonPath();
+      const hook = join(packageRoot, 'dist', 'src', 'node', 'exit-hook.cjs');
+      env.NODE_OPTIONS = [env.NODE_OPTIONS, '--perf-basic-prof', '--interpreted-frames-native-stack', `--require=${hook}`]
+        .filter(Boolean)
+        .join(' ');
+    }
+
+    const [cmd, ...args] = opts.command as [string, ...string[]];
+    const file = which(cmd, env);
+    if (file === undefined) {
+      process.stderr.write(`mimalloc-pprof: ${cmd}: command not found\n`);
+      return 127;
+    }
+    const obstacle = preloadObstacle(file);
+    if (obstacle) process.stderr.write(`mimalloc-pprof: warning: ${obstacle}\n`);
+
+    const child = spawn(file, args, { stdio: 'inherit', env, argv0: cmd });
+    const forward = (signal: NodeJS.Signals) => () => {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+    };
+    const onInt = forward('SIGINT');
+    const onTerm = forward('SIGTERM');
+    process.on('SIGINT', onInt);
+    process.on('SIGTERM', onTerm);
+    const [code, signal] = await new Promise<[number | null, NodeJS.Signals | null]>((done, fail) => {
+      child.once('error', fail);
+      child.once('exit', (c, s) => done([c, s]));
+    });
+    process.removeListener('SIGINT', onInt);
+    process.removeListener('SIGTERM', onTerm);
+    const status = code ?? 128 + (osConstants.signals[signal ?? 'SIGTERM'] ?? 15);
+    const mainPid = child.pid ?? -1;
+
+    const pids = readdirSync(runDir)
+      .map((f) => /^loaded\.(\d+)$/.exec(f)?.[1])
+      .filter((p): p is string => p !== undefined);
+    if (opts.profile) removeV8Logs(pids);
+    const loaded = pids.includes(String(mainPid));
+    if (!loaded) {
+      process.stderr.write(
+        `mimalloc-pprof: ERROR: the preload library did not take effect in ${cmd}` +
+          (obstacle ? ` (${obstacle})` : ' (a static or setuid program, or a loader that ignored LD_PRELOAD)') +
+          ': it did not run on mimalloc and nothing was profiled\n',
+      );
+      return status === 0 ? 3 : status;
+    }
+    if (!opts.profile) return status;
+
+    const raws = readdirSync(runDir)
+      .map((f) => /^raw\.(\d+)\.pb$/.exec(f))
+      .filter((m): m is RegExpExecArray => m !== null)
+      .map((m) => Number(m[1]))
+      .sort((a, b) => (a === mainPid ? -1 : b === mainPid ? 1 : a - b));
+    if (raws.length === 0) {
+      process.stderr.write(`mimalloc-pprof: no profile was written (did ${cmd} end by SIGKILL?)\n`);
+      return status;
+    }
+    for (const pid of raws) {
+      const started = performance.now();
+      const raw = Profile.decode(readFileSync(join(runDir, `raw.${pid}.pb`)));
+      const perfMapPath = `/tmp/perf-${pid}.map`;
+      const { profile } = symbolize(raw, {
+        pid,
+        perfMapPath: existsSync(perfMapPath) ? perfMapPath : undefined,
+        trimFile: isPreloadLibrary,
+      });
+      profile.comment.push(
+        profile.stringTable.dedup(
+          `mimalloc-pprof ${packageVersion()} run: interval=${opts.interval ?? 524288} seed=${opts.seed ?? 'none'} pid=${pid}`,
+        ),
+      );
+      const out = pid === mainPid ? opts.out : withPid(opts.out, pid);
+      writeProfile(out, profile, opts.format);
+      debug('postprocess pid=%d samples=%d ms=%s', pid, profile.sample.length, (performance.now() - started).toFixed(1));
+      if (existsSync(perfMapPath) && env.NODE_OPTIONS) rmSync(perfMapPath, { force: true });
+      if (pid === mainPid && opts.top > 0) {
+        process.stderr.write(`\nmimalloc-pprof: in-use memory of ${basename(cmd)} (pid ${pid}) at exit\n`);
+        printTop(profile, 'inuse_space', opts.top, process.stderr);
+      }
+      process.stderr.write(`mimalloc-pprof: wrote ${resolve(out)}${pid === mainPid ? '' : ` (pid ${pid})`}\n`);
+    }
+    return status;
+  } finally {
+    rmSync(runDir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * V8 11 (Node 20) writes an isolate-<address>-<pid>-v8.log into the working directory
+ * whenever --perf-basic-prof is on, and its --logfile cannot be set through NODE_OPTIONS:
+ * remove the logs of the run's own processes, which the user did not ask for.
+ */
+function removeV8Logs(pids: readonly string[]): void {
+  const wanted = new Set(pids);
+  for (const f of readdirSync(process.cwd())) {
+    const pid = /^isolate-0x[0-9a-f]+-(\d+)-v8\.log$/.exec(f)?.[1];
+    if (pid !== undefined && wanted.has(pid)) rmSync(join(process.cwd(), f), { force: true });
+  }
+}
+
+function writeProfile(out: string, profile: Profile, format: 'proto' | 'text'): void {
+  writeFileAtomic(out, format === 'proto' ? encodeProfile(profile) : encodeHeapText(profile, out));
+}

@@ -1,0 +1,184 @@
+/**
+ * Names the frames of a raw profile from the preload library, in-process and without
+ * binutils: native frames from the ELF symbol tables of the mapped files, JavaScript frames
+ * (JIT and, with --interpreted-frames-native-stack, interpreted ones) from V8's perf map.
+ * The result is self-contained: locations carry function names (and file:line for
+ * JavaScript), every mapping whose frames were named is marked has_functions, and raw
+ * addresses are kept. Frames of the preload library itself (its thread-start trampoline)
+ * are trimmed, and each sample's `thread` label names the kind of thread that allocated.
+ */
+import { basename } from 'node:path';
+
+import { Function as ProfileFunction, Label, Line, Location, Mapping, type Profile } from 'pprof-format';
+
+import { demangle } from './demangle.js';
+import { readElf, type ElfFile, type ElfSymbolizer } from './elf.js';
+import { readPerfMap, type PerfMap } from './perfmap.js';
+import { classifyThread } from './threads.js';
+
+export interface SymbolizeOptions {
+  /** The process the profile came from: its main thread is labelled `main`. */
+  pid?: number;
+  /** V8's perf map of that process (`/tmp/perf-<pid>.map`), when it ran with --perf-basic-prof. */
+  perfMapPath?: string;
+  /** Mapped files whose frames are dropped from every stack (the preload library). */
+  trimFile?: (filename: string) => boolean;
+}
+
+export interface SymbolizeResult {
+  profile: Profile;
+  /** Locations named from ELF symbols, from the perf map, and left as addresses. */
+  counts: { native: number; javascript: number; unnamed: number };
+}
+
+const num = (v: number | bigint | undefined): number => (v === undefined ? 0 : Number(v));
+
+export function symbolize(profile: Profile, options: SymbolizeOptions = {}): SymbolizeResult {
+  const strings = profile.stringTable;
+  const str = (i: number | bigint) => strings.strings[Number(i)] ?? '';
+  // A file that cannot be read or parsed (gone, not ELF, corrupt) leaves its frames unnamed.
+  const symbolizers = new Map<string, { elf: ElfFile; symbols: ElfSymbolizer } | null>();
+  const elfOf = (file: string) => {
+    if (!symbolizers.has(file)) {
+      try {
+        const elf = readElf(file);
+        symbolizers.set(file, { elf, symbols: elf.symbolizer() });
+      } catch {
+        symbolizers.set(file, null);
+      }
+    }
+    return symbolizers.get(file) ?? null;
+  };
+  let perfMap: PerfMap | undefined;
+  if (options.perfMapPath) {
+    try {
+      perfMap = readPerfMap(options.perfMapPath);
+    } catch {
+      perfMap = undefined;
+    }
+  }
+
+  const mappings = new Map<number, Mapping>(profile.mapping.map((m) => [num(m.id), m]));
+  const functions = new Map<string, ProfileFunction>();
+  let nextFunctionId = profile.function.reduce((a, f) => Math.max(a, num(f.id)), 0) + 1;
+  const functionFor = (name: string, systemName: string, filename: string, startLine = 0): ProfileFunction => {
+    const key = `${name}\0${systemName}\0${filename}`;
+    let f = functions.get(key);
+    if (!f) {
+      f = new ProfileFunction({
+        id: nextFunctionId++,
+        name: strings.dedup(name),
+        systemName: strings.dedup(systemName),
+        filename: strings.dedup(filename),
+        startLine,
+      });
+      functions.set(key, f);
+      profile.function.push(f);
+    }
+    return f;
+  };
+
+  const counts = { native: 0, javascript: 0, unnamed: 0 };
+  const trimmed = new Set<number>();
+  const namedInMapping = new Map<number, number>();
+  let jitLo = Infinity;
+  let jitHi = 0;
+  const jitLocations: Location[] = [];
+  const nameOfLocation = new Map<number, string[]>();
+
+  for (const loc of profile.location) {
+    const address = num(loc.address);
+    const mapping = mappings.get(num(loc.mappingId));
+    if (loc.line.length > 0) {
+      nameOfLocation.set(num(loc.id), loc.line.map((l) => str(profile.function.find((f) => f.id === l.functionId)?.name ?? 0)));
+      continue; // already symbolised
+    }
+    if (mapping) {
+      const file = str(mapping.filename);
+      if (options.trimFile?.(file)) {
+        trimmed.add(num(loc.id));
+        continue;
+      }
+      const elf = file ? elfOf(file) : null;
+      if (elf) {
+        const vaddr = elf.elf.runtimeToVaddr(address, num(mapping.memoryStart), num(mapping.fileOffset));
+        const sym = vaddr === undefined ? undefined : elf.symbols.lookup(vaddr);
+        if (sym) {
+          const name = demangle(sym.name);
+          loc.line = [new Line({ functionId: functionFor(name, sym.name, file).id, line: 0 })];
+          namedInMapping.set(num(mapping.id), (namedInMapping.get(num(mapping.id)) ?? 0) + 1);
+          nameOfLocation.set(num(loc.id), [name]);
+          counts.native++;
+          continue;
+        }
+      }
+    }
+    const js = mapping ? undefined : perfMap?.lookup(address);
+    if (js) {
+      loc.line = [new Line({ functionId: functionFor(js.name, js.raw, js.file, js.line).id, line: js.line, column: js.column })];
+      jitLocations.push(loc);
+      jitLo = Math.min(jitLo, address);
+      jitHi = Math.max(jitHi, address + 1);
+      nameOfLocation.set(num(loc.id), [js.name]);
+      counts.javascript++;
+      continue;
+    }
+    counts.unnamed++;
+  }
+
+  for (const m of profile.mapping) {
+    if ((namedInMapping.get(num(m.id)) ?? 0) > 0) {
+      m.hasFunctions = true;
+    }
+  }
+  if (jitLocations.length > 0) {
+    // JIT code belongs to no file; one synthetic mapping keeps pprof from trying to
+    // symbolise it again.
+    const id = profile.mapping.reduce((a, m) => Math.max(a, num(m.id)), 0) + 1;
+    profile.mapping.push(
+      new Mapping({
+        id,
+        memoryStart: jitLo,
+        memoryLimit: jitHi,
+        filename: strings.dedup('[jit]'),
+        hasFunctions: true,
+        hasFilenames: true,
+        hasLineNumbers: true,
+      }),
+    );
+    for (const loc of jitLocations) loc.mappingId = id;
+  }
+
+  if (trimmed.size > 0) {
+    for (const s of profile.sample) s.locationId = s.locationId.filter((id) => !trimmed.has(num(id)));
+    profile.location = profile.location.filter((l) => !trimmed.has(num(l.id)));
+  }
+
+  labelThreads(profile, nameOfLocation, options.pid);
+  return { profile, counts };
+}
+
+/** Replaces each sample's `thread` label by the kind of thread its tid is (see threads.ts). */
+function labelThreads(profile: Profile, nameOfLocation: Map<number, string[]>, pid: number | undefined): void {
+  const strings = profile.stringTable;
+  const threadKey = strings.dedup('thread');
+  const tidKey = strings.dedup('tid');
+  const kinds = new Map<number, string>();
+  const tidOf = (labels: Label[]) => num(labels.find((l) => num(l.key) === tidKey)?.num);
+  for (const s of profile.sample) {
+    const tid = tidOf(s.label);
+    if (kinds.has(tid)) continue;
+    const names = s.locationId.flatMap((id) => nameOfLocation.get(num(id)) ?? []);
+    const kind = classifyThread(names, tid, pid);
+    if (kind !== undefined) kinds.set(tid, kind);
+  }
+  for (const s of profile.sample) {
+    const tid = tidOf(s.label);
+    const own = strings.strings[num(s.label.find((l) => num(l.key) === threadKey)?.str)] ?? '';
+    const kind = kinds.get(tid) ?? (own ? `${own} (tid ${tid})` : `tid ${tid}`);
+    s.label = s.label.filter((l) => num(l.key) !== threadKey);
+    s.label.push(new Label({ key: threadKey, str: strings.dedup(kind) }));
+  }
+}
+
+export const isPreloadLibrary = (filename: string): boolean => basename(filename) === 'libmimalloc-pprof.so';

@@ -1,0 +1,219 @@
+/**
+ * V8's perf map (`/tmp/perf-<pid>.map`, written under `--perf-basic-prof`): one line per code
+ * object, `START SIZE NAME`, start and size in hex (with or without `0x`), the name to the end
+ * of the line. V8 appends as it creates code; a later line covering an address supersedes
+ * earlier ones (code moved or was replaced), so lookups answer with the newest entry containing
+ * the address.
+ *
+ * Names written by Node 20 (V8 11.3), verified with `--perf-basic-prof
+ * --interpreted-frames-native-stack`:
+ *   `JS:~name /abs/path.js:LINE:COL`   interpreted (with the flag: a copy of the interpreter
+ *                                       entry trampoline per function, 0x378 bytes; V8 also logs
+ *                                       the BytecodeArray's heap address under the same name)
+ *   `JS:^name …`                       Sparkplug baseline code
+ *   `JS:*name …`                       TurboFan optimised code (`JS:+` would be Maglev)
+ *   `JS:~ /path.js:8:18`               anonymous function (empty name)
+ *   `JS:~get gx /path.js:1:19`         accessors carry `get `/`set ` in the name
+ *   `Script:~ file:///path.mjs:1:1`, `Eval:~ /path.js:1:1`, `Eval:~ :1:1`   top-level code
+ *   `Builtin:ArrayMap`, `BytecodeHandler:Add.Wide`   builtins and interpreter handlers
+ *   `RegExp:a(b+)c`, `Stub:js-to-wasm:ii:i`, `JS:wasm-function[0]-0-liftoff`
+ * ES modules' scripts are `file://` URLs, CommonJS ones absolute paths, Node's own `node:…`;
+ * paths may contain spaces. LINE and COL are 1-based; COL is where the parameter list starts.
+ * Older V8s wrote `LazyCompile:`/`Function:` for `JS:`; they are read the same way.
+ * Both flags are accepted in NODE_OPTIONS on Node 20. `--perf-basic-prof` also makes V8 write
+ * `isolate-<address>-<pid>-v8.log` into the working directory.
+ */
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+
+export type PerfSymbolKind = 'interpreted' | 'baseline' | 'optimized' | 'builtin' | 'other';
+
+export interface PerfSymbol {
+  /** Function name; '(anonymous)' for a JavaScript function without one; for non-JavaScript
+   * entries (builtins, regexps, stubs) the whole raw name, e.g. `Builtin:ArrayMap`. */
+  name: string;
+  /** Script path (file URLs converted to paths), `node:…` for Node's own; '' if none. */
+  file: string;
+  /** 1-based line and column of the function, 0 when unknown. */
+  line: number;
+  column: number;
+  kind: PerfSymbolKind;
+  /** The tag before the first `:` (`JS`, `Builtin`, `BytecodeHandler`, `RegExp` …). */
+  tag: string;
+  /** The NAME field as written. */
+  raw: string;
+  start: number;
+  size: number;
+}
+
+export interface PerfMap {
+  /** The newest entry whose range contains `address`. */
+  lookup(address: number | bigint): PerfSymbol | undefined;
+  /** Lines parsed into entries, and lines skipped as malformed (or a last, unfinished line). */
+  readonly entries: number;
+  readonly skipped: number;
+}
+
+/** `/tmp/perf-<pid>.map`, where V8 writes the map of process `pid`. */
+export function perfMapPath(pid: number, dir = '/tmp'): string {
+  return `${dir}/perf-${pid}.map`;
+}
+
+/** Reads and parses a perf map file. @throws the fs error when the file cannot be read. */
+export function readPerfMap(path: string): PerfMap {
+  return parsePerfMap(readFileSync(path, 'utf8'));
+}
+
+const LINE = /^(?:0x)?([0-9a-fA-F]{1,16}) (?:0x)?([0-9a-fA-F]{1,16}) (.*)$/;
+const JS_TAGS = new Set(['JS', 'LazyCompile', 'Function', 'Script', 'Eval']);
+/** NAME LOCATION where LOCATION is `script:line:col`; a name is one word, optionally after
+ * `get `/`set ` (accessors), so a script path may contain spaces. */
+const JS_BODY = /^((?:(?:get|set) )?\S*) (.*):(\d+):(\d+)$/;
+
+/** Parses a perf map's text. Malformed lines are skipped, as is a last line without a newline
+ * (V8 may be half-way through writing it). */
+export function parsePerfMap(text: string): PerfMap {
+  const lines = text.split('\n');
+  let skipped = 0;
+  if (lines.length > 0 && lines[lines.length - 1] !== '') {
+    lines.pop();
+    skipped++;
+  } else lines.pop();
+  const starts: number[] = [];
+  const ends: number[] = [];
+  const raws: string[] = [];
+  for (const line0 of lines) {
+    const line = line0.endsWith('\r') ? line0.slice(0, -1) : line0;
+    const m = LINE.exec(line);
+    const start = m ? parseInt(m[1]!, 16) : NaN;
+    const size = m ? parseInt(m[2]!, 16) : NaN;
+    if (!m || !Number.isSafeInteger(start) || !Number.isSafeInteger(start + size) || size <= 0) {
+      skipped++;
+      continue;
+    }
+    starts.push(start);
+    ends.push(start + size);
+    raws.push(m[3]!);
+  }
+  return new PerfMapImpl(starts, ends, raws, skipped);
+}
+
+/** Splits a perf-map NAME into the fields of a PerfSymbol. */
+export function parsePerfName(raw: string): Pick<PerfSymbol, 'name' | 'file' | 'line' | 'column' | 'kind' | 'tag'> {
+  const colon = raw.indexOf(':');
+  const tag = colon > 0 && /^[A-Za-z]+$/.test(raw.slice(0, colon)) ? raw.slice(0, colon) : '';
+  if (tag === 'Builtin' || tag === 'BytecodeHandler') return { name: raw, file: '', line: 0, column: 0, kind: 'builtin', tag };
+  if (!JS_TAGS.has(tag)) return { name: raw, file: '', line: 0, column: 0, kind: 'other', tag };
+  let body = raw.slice(colon + 1);
+  const marker = body[0];
+  let kind: PerfSymbolKind = 'other';
+  if (marker === '~') kind = 'interpreted';
+  else if (marker === '^') kind = 'baseline';
+  else if (marker === '*' || marker === '+') kind = 'optimized';
+  if (kind !== 'other') body = body.slice(1);
+  const m = JS_BODY.exec(body);
+  if (!m) return { name: body || '(anonymous)', file: '', line: 0, column: 0, kind, tag };
+  return { name: m[1] || '(anonymous)', file: scriptPath(m[2]!), line: Number(m[3]), column: Number(m[4]), kind, tag };
+}
+
+function scriptPath(script: string): string {
+  if (script.startsWith('file://')) {
+    try {
+      return fileURLToPath(script);
+    } catch {
+      return script;
+    }
+  }
+  return script;
+}
+
+/**
+ * The entries painted oldest first onto the address line, newer over older: `segStart[i]`
+ * begins a run of addresses owned by entry `segOwner[i]` (−1: none) up to `segStart[i + 1]`.
+ */
+class PerfMapImpl implements PerfMap {
+  private readonly segStart: Float64Array;
+  private readonly segOwner: Int32Array;
+  private readonly parsed = new Map<number, PerfSymbol>();
+
+  constructor(
+    private readonly starts: number[],
+    private readonly ends: number[],
+    private readonly raws: string[],
+    readonly skipped: number,
+  ) {
+    const n = starts.length;
+    // sweep the sorted boundaries with a max-heap of active entries by index (newest on top)
+    const order = Array.from({ length: n }, (_, i) => i).sort((a, b) => starts[a]! - starts[b]!);
+    const bounds = [...new Set([...starts, ...ends])].sort((a, b) => a - b);
+    const heap: number[] = [];
+    const push = (v: number) => {
+      heap.push(v);
+      let i = heap.length - 1;
+      while (i > 0) {
+        const p = (i - 1) >> 1;
+        if (heap[p]! >= heap[i]!) break;
+        [heap[p], heap[i]] = [heap[i]!, heap[p]!];
+        i = p;
+      }
+    };
+    const pop = () => {
+      const last = heap.pop()!;
+      if (heap.length === 0) return;
+      heap[0] = last;
+      let i = 0;
+      for (;;) {
+        const l = 2 * i + 1;
+        const r = l + 1;
+        let m = i;
+        if (l < heap.length && heap[l]! > heap[m]!) m = l;
+        if (r < heap.length && heap[r]! > heap[m]!) m = r;
+        if (m === i) break;
+        [heap[m], heap[i]] = [heap[i]!, heap[m]!];
+        i = m;
+      }
+    };
+    const segStart: number[] = [];
+    const segOwner: number[] = [];
+    let k = 0;
+    for (const b of bounds) {
+      while (k < n && starts[order[k]!]! <= b) push(order[k++]!);
+      while (heap.length > 0 && ends[heap[0]!]! <= b) pop();
+      const owner = heap.length > 0 ? heap[0]! : -1;
+      if (segOwner.length === 0 || segOwner[segOwner.length - 1] !== owner) {
+        segStart.push(b);
+        segOwner.push(owner);
+      }
+    }
+    this.segStart = Float64Array.from(segStart);
+    this.segOwner = Int32Array.from(segOwner);
+  }
+
+  get entries(): number {
+    return this.starts.length;
+  }
+
+  lookup(address: number | bigint): PerfSymbol | undefined {
+    const a = typeof address === 'bigint' ? Number(address) : address;
+    let lo = 0;
+    let hi = this.segStart.length - 1;
+    let idx = -1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >>> 1;
+      if (this.segStart[mid]! <= a) {
+        idx = mid;
+        lo = mid + 1;
+      } else hi = mid - 1;
+    }
+    if (idx < 0) return undefined;
+    const owner = this.segOwner[idx]!;
+    if (owner < 0) return undefined;
+    let sym = this.parsed.get(owner);
+    if (!sym) {
+      const raw = this.raws[owner]!;
+      sym = { ...parsePerfName(raw), raw, start: this.starts[owner]!, size: this.ends[owner]! - this.starts[owner]! };
+      this.parsed.set(owner, sym);
+    }
+    return sym;
+  }
+}

@@ -1,0 +1,221 @@
+/**
+ * `mimalloc-pprof run` end to end: a program in, a symbolised gzipped profile.proto out,
+ * with the JavaScript functions that hold native memory named inside the native stacks.
+ */
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { chmodSync, existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import { gunzipSync } from 'node:zlib';
+
+import { Profile } from 'pprof-format';
+
+import { pprofRaw, root, run, tempDir, weight } from '../helpers.js';
+
+const cli = join(root, 'dist', 'src', 'cli', 'bin.js');
+const fixtures = join(root, 'test', 'run', 'fixtures');
+
+function mpp(args: string[], env: Record<string, string> = {}, cwd?: string) {
+  return spawnSync(process.execPath, [cli, ...args], {
+    encoding: 'utf8',
+    env: { ...process.env, ...env },
+    cwd,
+    timeout: 180_000,
+    maxBuffer: 64 << 20,
+  });
+}
+
+interface Decoded {
+  profile: Profile;
+  str: (i: number | bigint) => string;
+  samples: { inuse: number; inuseObjects: number; names: string[]; files: string[]; thread: string; size: number }[];
+}
+
+function decode(path: string): Decoded {
+  const profile = Profile.decode(gunzipSync(readFileSync(path)));
+  const str = (i: number | bigint) => profile.stringTable.strings[Number(i)] ?? '';
+  const fn = new Map(profile.function.map((f) => [Number(f.id), f]));
+  const loc = new Map(profile.location.map((l) => [Number(l.id), l]));
+  const types = profile.sampleType.map((t) => str(t.type));
+  const samples = profile.sample.map((s) => {
+    const lines = s.locationId.flatMap((id) => loc.get(Number(id))?.line ?? []);
+    const label = (key: string) => s.label.find((l) => str(l.key) === key);
+    return {
+      inuse: Number(s.value[types.indexOf('inuse_space')]),
+      inuseObjects: Number(s.value[types.indexOf('inuse_objects')]),
+      names: lines.map((l) => str(fn.get(Number(l.functionId))?.name ?? 0)),
+      files: lines.map((l) => str(fn.get(Number(l.functionId))?.filename ?? 0)),
+      thread: str(label('thread')?.str ?? 0),
+      size: Number(label('bytes')?.num ?? 0),
+    };
+  });
+  return { profile, str, samples };
+}
+
+describe('a Node program: JavaScript functions named inside native stacks', () => {
+  const dir = tempDir();
+  const out = join(dir, 'retain.pb.gz');
+  const interval = 16384;
+  const r = mpp(['run', '--interval', '16k', '--seed', '9', '--out', out, '--', 'node', join(fixtures, 'retain.cjs')]);
+  const expected = JSON.parse(r.stdout.trim().split('\n').pop() ?? '{}') as { slowBytes: number; jsonBytes: number };
+
+  test('run exits with the program status and writes one profile', () => {
+    assert.equal(r.status, 0, r.stderr);
+    assert.ok(existsSync(out), r.stderr);
+    assert.match(r.stderr, /mimalloc-pprof: wrote /);
+  });
+
+  const { profile, str, samples } = decode(out);
+
+  test('the profile is self-contained: four heap types, inuse_space by default, symbolised mappings', () => {
+    assert.ok(
+      profile.comment.map((c) => str(c)).some((c) => /^mimalloc-pprof \d+\.\d+\.\d+ run: interval=16384 seed=9 pid=\d+$/.test(c)),
+      'a comment names the tool version, interval and seed',
+    );
+    assert.deepEqual(
+      profile.sampleType.map((t) => str(t.type)),
+      ['alloc_objects', 'alloc_space', 'inuse_objects', 'inuse_space'],
+    );
+    assert.equal(str(profile.defaultSampleType), 'inuse_space');
+    assert.ok(profile.mapping.some((m) => m.hasFunctions));
+  });
+
+  // In-use bytes under stacks that contain the function, against what it retained. The
+  // model: each sample of s bytes has p = 1 - exp(-s/R); the fixture's blocks have known
+  // sizes, so the tolerance is 4 sigma of the Horvitz-Thompson estimate, which must fit in
+  // the 10 % the product claims.
+  const check = (fn: string, blockSizes: number[], retained: number) => {
+    const sigma = Math.sqrt(blockSizes.reduce((a, s) => a + (s * s * (1 - 1 / weight(s, interval))) * weight(s, interval), 0));
+    const got = samples.filter((s) => s.names.includes(fn)).reduce((a, s) => a + s.inuse, 0);
+    assert.ok(4 * sigma <= 0.1 * retained, `${fn}: the workload is too small for a 10 % claim`);
+    const rel = got / retained - 1;
+    assert.ok(Math.abs(got - retained) <= 4 * sigma, `${fn}: ${got} in use vs ${retained} retained (${(rel * 100).toFixed(2)} %)`);
+    return rel;
+  };
+
+  test('retainSlowBuffers (interpreted) holds its bytes within 10 %', () => {
+    check('retainSlowBuffers', Array(1000).fill(64 * 1024), expected.slowBytes);
+  });
+
+  test('retainJsonBuffers (optimised) holds its bytes within 10 %', () => {
+    const mean = expected.jsonBytes / 4000;
+    check('retainJsonBuffers', Array(4000).fill(mean), expected.jsonBytes);
+  });
+
+  test('JavaScript frames carry their file', () => {
+    const s = samples.find((x) => x.names.includes('retainSlowBuffers'));
+    assert.ok(s);
+    assert.ok(s.files.some((f) => f.endsWith('retain.cjs')), s.files.join(','));
+  });
+
+  test('zlib state allocated on the pool threads is labelled so', () => {
+    const zlib = samples.filter((s) => s.names.some((n) => /deflateInit|deflate_?init|ZlibContext::Init/.test(n)));
+    assert.ok(zlib.length > 0, 'no zlib samples');
+    for (const s of zlib) assert.equal(s.thread, 'libuv threadpool', s.names.join(' < '));
+    assert.ok(samples.some((s) => s.thread === 'main'));
+  });
+
+  test('positive control: a function that retains nothing gets nothing', () => {
+    const got = samples.filter((s) => s.names.includes('holdZlibStreams')).reduce((a, s) => a + s.inuse, 0);
+    assert.ok(got < 0.1 * expected.slowBytes);
+  });
+
+  test('go tool pprof, with no binaries, shows the same JavaScript and C++ names', () => {
+    const raw = pprofRaw(out, undefined, ['-symbolize=none']);
+    const names = new Set(raw.samples.flatMap((s) => s.functions.flat()));
+    for (const n of ['retainSlowBuffers', 'retainJsonBuffers']) assert.ok(names.has(n), `${n} missing`);
+    assert.ok([...names].some((n) => n.startsWith('node::')), 'no demangled C++ name');
+  });
+});
+
+describe('run on other kinds of programs', () => {
+  test('a C program: its functions are named and its exit status is propagated', () => {
+    const dir = tempDir();
+    const bin = join(dir, 'demo');
+    assert.equal(run('cc', ['-g', '-O1', join(root, 'examples', 'demo.c'), '-o', bin]).status, 0);
+    const out = join(dir, 'c.pb.gz');
+    const r = mpp(['run', '--interval', '64k', '--out', out, '--', bin]);
+    assert.equal(r.status, 0, r.stderr);
+    const { samples } = decode(out);
+    // cache_response is static: named from .symtab, not .dynsym
+    for (const fn of ['cache_response', 'handle_request', 'tokenize', 'main']) assert.ok(samples.some((s) => s.names.includes(fn)), fn);
+    // strdup (glibc, no frame pointer) still shows its caller
+    assert.ok(samples.some((s) => /strdup$/.test(s.names[0] ?? '') && s.names.includes('tokenize')));
+    const failing = mpp(['run', '--', 'sh', '-c', 'exit 7']);
+    assert.equal(failing.status, 7);
+  });
+
+  test('npx-launched node and a node-shebang script are profiled, JavaScript named', () => {
+    const dir = tempDir();
+    const script = join(dir, 'tool');
+    writeFileSync(
+      script,
+      '#!/usr/bin/env node\nfunction keepBuffers(){const k=[];for(let i=0;i<400;i++)k.push(Buffer.allocUnsafeSlow(65536));return k}\nglobalThis.k=keepBuffers();\n',
+    );
+    chmodSync(script, 0o755);
+    const out = join(dir, 'shebang.pb.gz');
+    const r = mpp(['run', '--interval', '64k', '--out', out, '--', script]);
+    assert.equal(r.status, 0, r.stderr);
+    assert.ok(decode(out).samples.some((s) => s.names.includes('keepBuffers')));
+
+    const out2 = join(dir, 'npx.pb.gz');
+    const r2 = mpp(['run', '--interval', '64k', '--out', out2, '--', 'npx', '--no-install', 'node', join(dir, 'tool')], {}, dir);
+    assert.equal(r2.status, 0, r2.stderr);
+    const profiles = readdirSync(dir).filter((f) => f.startsWith('npx') && f.endsWith('.pb.gz'));
+    assert.ok(profiles.length >= 2, `one profile per process: ${profiles.join(', ')}`);
+    assert.ok(
+      profiles.some((f) => decode(join(dir, f)).samples.some((s) => s.names.includes('keepBuffers'))),
+      'the node process started by npx names keepBuffers',
+    );
+  });
+
+  test('Node spawning Node: one profile per process, none overwritten', () => {
+    const dir = tempDir();
+    const out = join(dir, 'tree.pb.gz');
+    const parent =
+      "const {execFileSync}=require('node:child_process');" +
+      "for(let i=0;i<2;i++)execFileSync(process.execPath,['-e','globalThis.k=Buffer.allocUnsafeSlow(1<<20)'],{stdio:'inherit'});";
+    const r = mpp(['run', '--interval', '64k', '--out', out, '--', 'node', '-e', parent]);
+    assert.equal(r.status, 0, r.stderr);
+    const files = readdirSync(dir).filter((f) => f.endsWith('.pb.gz'));
+    assert.equal(files.length, 3, files.join(', '));
+    assert.ok(files.includes('tree.pb.gz'));
+    for (const f of files) assert.ok(decode(join(dir, f)).profile.sample.length >= 0);
+    assert.deepEqual(readdirSync(dir).filter((f) => f.includes('.tmp')), []);
+  });
+
+  test('SIGTERM is forwarded, the program ends by it, and a profile is still written', async () => {
+    const dir = tempDir();
+    const out = join(dir, 'term.pb.gz');
+    const child = spawn(process.execPath, [cli, 'run', '--interval', '64k', '--out', out, '--', 'node', '-e',
+      "globalThis.k=Buffer.allocUnsafeSlow(8<<20);console.log('ready');setInterval(()=>{},1000)"], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (d) => (stderr += d));
+    await new Promise<void>((ready) => child.stdout.on('data', (d) => String(d).includes('ready') && ready()));
+    child.kill('SIGTERM');
+    const code = await new Promise<number | null>((done) => child.on('exit', (c) => done(c)));
+    assert.equal(code, 128 + 15, stderr);
+    assert.ok(existsSync(out), stderr);
+    assert.ok(decode(out).samples.some((s) => s.inuse >= 8 << 20), 'the 8 MiB buffer is in the profile');
+  });
+
+  test('a static program: run says the preload did not take effect and fails', () => {
+    const dir = tempDir();
+    const src = join(dir, 's.c');
+    writeFileSync(src, '#include <stdlib.h>\nint main(void){return malloc(10)==0;}\n');
+    const bin = join(dir, 's');
+    const cc = run('cc', ['-static', src, '-o', bin]);
+    if (cc.status !== 0) return; // no static libc on this machine: nothing to test
+    const r = mpp(['run', '--', bin]);
+    assert.notEqual(r.status, 0);
+    assert.match(r.stderr, /did not take effect/);
+  });
+
+  test('--no-profile runs the program on mimalloc and writes nothing', () => {
+    const dir = tempDir();
+    const r = mpp(['run', '--no-profile', '--', 'node', '-e', 'console.log(1)'], {}, dir);
+    assert.equal(r.status, 0, r.stderr);
+    assert.deepEqual(readdirSync(dir), []);
+  });
+});
