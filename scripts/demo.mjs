@@ -1,54 +1,38 @@
-// `npm run demo`: builds the bundled demo program, runs it on mimalloc with the profiler on
-// (exactly as a user would with LD_PRELOAD), and shows where its in-use memory is with the
-// real google/pprof. Sets up what is missing first (the preload library; go tool pprof).
-import { execFileSync, spawnSync } from 'node:child_process';
+// `npm run demo`: the main job on the bundled demos. `mimalloc-pprof run` puts each on
+// mimalloc with the heap profiler on, writes a symbolised profile.proto per process and prints
+// where the in-use native memory is, by function (JavaScript functions named inside the native
+// stacks). Sets up what is missing first (the preload library, the compiled CLI).
+import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const lib = join(root, 'build', 'libmimalloc-pprof.so');
 const out = join(root, 'build', 'demo');
 mkdirSync(out, { recursive: true });
+const cli = join(root, 'dist', 'src', 'cli', 'bin.js');
 
 const step = (msg) => console.log(`\n== ${msg}`);
 const sh = (cmd, args, opts = {}) => {
   const r = spawnSync(cmd, args, { stdio: 'inherit', ...opts });
   if (r.status !== 0) {
-    console.error(`demo: ${cmd} ${args.join(' ')} failed`);
+    console.error(`demo: ${cmd} ${args.join(' ')} failed (${r.status ?? r.signal})`);
     process.exit(1);
   }
 };
 
-if (!existsSync(lib)) sh(process.execPath, [join(root, 'scripts', 'setup.mjs')]);
-if (spawnSync('sh', ['-c', 'command -v go'], { stdio: 'ignore' }).status !== 0) {
-  sh(process.execPath, [join(root, 'scripts', 'setup-test.mjs')]);
-}
+if (!existsSync(join(root, 'build', 'libmimalloc-pprof.so'))) sh(process.execPath, [join(root, 'scripts', 'setup.mjs')]);
+if (!existsSync(cli)) sh('npx', ['tsc', '-p', join(root, 'tsconfig.json')], { cwd: root });
 
-step('build the demo program (examples/demo.c)');
+step('a Node service whose RSS grows while its V8 heap stays flat (examples/demo-node.cjs)');
+const nodeProfile = join(out, 'demo-node.pb.gz');
+sh(process.execPath, [cli, 'run', '--top', '12', '--out', nodeProfile, '--', 'node', join(root, 'examples', 'demo-node.cjs')], { cwd: out });
+
+step('a C program (examples/demo.c)');
 const bin = join(out, 'demo');
-sh('cc', ['-g', '-O1', '-fno-omit-frame-pointer', join(root, 'examples', 'demo.c'), '-o', bin]);
+sh('cc', ['-g', '-O1', join(root, 'examples', 'demo.c'), '-o', bin]);
+const cProfile = join(out, 'demo-c.pb.gz');
+sh(process.execPath, [cli, 'run', '--top', '8', '--out', cProfile, '--', bin], { cwd: out });
 
-step(`run it on mimalloc with the heap profiler: LD_PRELOAD=${lib}`);
-const profile = join(out, 'demo.pb');
-const heap = join(out, 'demo.heap');
-sh(bin, [], {
-  env: {
-    ...process.env,
-    LD_PRELOAD: lib,
-    MIMALLOC_PROF: '1',
-    MIMALLOC_PROF_VERBOSE: '1',
-    MIMALLOC_PROF_DUMP_AT_EXIT: profile,
-    MIMALLOC_PROF_DUMP_FORMAT: 'proto',
-  },
-});
-sh(bin, [], {
-  stdio: 'ignore',
-  env: { ...process.env, LD_PRELOAD: lib, MIMALLOC_PROF: '1', MIMALLOC_PROF_DUMP_AT_EXIT: heap },
-});
-
-step(`in-use memory by function (go tool pprof -top ${profile})`);
-const top = execFileSync('go', ['tool', 'pprof', '-top', '-nodecount=12', bin, profile], { encoding: 'utf8' });
-console.log(top.trimEnd());
-console.log(`\nProfiles written: ${profile} (profile.proto) and ${heap} (heap_v2 text).`);
-console.log(`Explore: go tool pprof -http=127.0.0.1:8080 ${bin} ${profile}`);
+console.log(`\nNext: npx mimalloc-pprof top ${nodeProfile} -n 30`);
+console.log(`      go tool pprof -http=127.0.0.1:8080 ${nodeProfile}   (opens anywhere: the profile is self-contained)`);

@@ -23,7 +23,7 @@ import { addonPath, libraryPath, packageRoot } from '../native/library.js';
 import { isPreloadLibrary, symbolize } from '../symbolize/index.js';
 import { encodeHeapText, encodeProfile } from '../profile/index.js';
 import { writeFileAtomic } from './args.js';
-import { printTop } from './top.js';
+import { humanBytes, printTop } from './top.js';
 
 const debug = debuglog('mimalloc-pprof');
 
@@ -269,12 +269,57 @@ export async function runCommand(argv: string[]): Promise<number> {
       if (pid === mainPid && opts.top > 0) {
         process.stderr.write(`\nmimalloc-pprof: in-use memory of ${basename(cmd)} (pid ${pid}) at exit\n`);
         printTop(profile, 'inuse_space', opts.top, process.stderr);
+        printJavaScriptCallers(profile, opts.top, process.stderr);
       }
       process.stderr.write(`mimalloc-pprof: wrote ${resolve(out)}${pid === mainPid ? '' : ` (pid ${pid})`}\n`);
     }
     return status;
   } finally {
     rmSync(runDir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * The JavaScript functions under which native memory is in use (cumulative, each function
+ * once per sample): the question a Node user came with, which a flat top by native leaf
+ * cannot answer. JavaScript frames are the ones named from V8's perf map (system name JS:…).
+ */
+function printJavaScriptCallers(profile: Profile, n: number, out: { write(s: string): unknown }): void {
+  const str = (i: number | bigint) => profile.stringTable.strings[Number(i)] ?? '';
+  const types = profile.sampleType.map((t) => str(t.type));
+  const inuse = types.indexOf('inuse_space');
+  // the program's own code: Node's internals (node:…) are the same for every program
+  const jsFunctions = new Map(
+    profile.function
+      .filter((f) => str(f.systemName).startsWith('JS:') && !str(f.filename).startsWith('node:'))
+      .map((f) => [Number(f.id), f]),
+  );
+  if (inuse < 0 || jsFunctions.size === 0) return;
+  // one row per source function, whatever tiers (interpreted, baseline, optimised) it ran in
+  const display = (f: (typeof profile.function)[number]) =>
+    str(f.filename) ? `${str(f.name)} ${str(f.filename)}:${Number(f.startLine)}` : str(f.name);
+  const locations = new Map(profile.location.map((l) => [Number(l.id), l]));
+  const cum = new Map<string, number>();
+  let total = 0;
+  for (const s of profile.sample) {
+    const v = Number(s.value[inuse] ?? 0);
+    total += v;
+    const seen = new Set<string>();
+    for (const id of s.locationId)
+      for (const line of locations.get(Number(id))?.line ?? []) {
+        const f = jsFunctions.get(Number(line.functionId));
+        const key = f && display(f);
+        if (key !== undefined && !seen.has(key)) {
+          seen.add(key);
+          cum.set(key, (cum.get(key) ?? 0) + v);
+        }
+      }
+  }
+  const rows = [...cum].sort((a, b) => b[1] - a[1]).slice(0, n);
+  if (rows.length === 0 || total <= 0) return;
+  out.write('\nJavaScript functions with native memory in use beneath them (cumulative)\n');
+  for (const [name, bytes] of rows) {
+    out.write(`${humanBytes(bytes).padStart(9)} ${((100 * bytes) / total).toFixed(2).padStart(6)}%  ${name}\n`);
   }
 }
 
