@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -267,15 +268,49 @@ static void say_verbose(void) {
   mp_write_stderr(line);
 }
 
-/* Under `mimalloc-pprof run`, leave <dir>/loaded.<pid>: the proof that the preload took
- * effect in this process, which ld.so would otherwise skip silently. */
-static void mark_loaded(void) {
+static const char* run_dir(void) {
   extern char** environ;
   static const char key[] = "MIMALLOC_PPROF_RUN_DIR=";
   const char* dir = NULL;
   for (char** e = environ; e != NULL && *e != NULL; e++)
     if (strncmp(*e, key, sizeof(key) - 1) == 0) dir = *e + sizeof(key) - 1;
-  if (dir == NULL || dir[0] == 0) return;
+  return dir != NULL && dir[0] != 0 ? dir : NULL;
+}
+
+/* A program ended by SIGINT or SIGTERM runs no at-exit handler. Under `mimalloc-pprof run`,
+ * where the signal's disposition is the default at load, this handler writes the at-exit
+ * profile and re-raises the signal with the default action, so the process still ends by
+ * it. A program that installs its own handler replaces this one (and Node does: its exit
+ * hook covers it). Not taken while this thread is inside the profiler (it may hold a table
+ * lock); the dump itself uses only mmap, open, write and rename. */
+static void on_terminate(int sig) {
+  int saved = errno;
+  if (!mp_tls.in_profiler && atomic_load(&mp_state.running) && mp_state.dump_at_exit[0] != 0) {
+    if (mp_dump(mp_state.dump_at_exit, mp_state.dump_format)) atomic_store(&mp_state.running, false);
+  }
+  signal(sig, SIG_DFL);
+  errno = saved;
+  raise(sig);
+}
+
+static void install_terminate_handlers(void) {
+  static const int signals[] = {SIGINT, SIGTERM};
+  for (size_t i = 0; i < sizeof(signals) / sizeof(*signals); i++) {
+    struct sigaction current;
+    if (sigaction(signals[i], NULL, &current) != 0 || current.sa_handler != SIG_DFL) continue;
+    struct sigaction act;
+    memset(&act, 0, sizeof(act));
+    act.sa_handler = on_terminate;
+    sigemptyset(&act.sa_mask);
+    sigaction(signals[i], &act, NULL);
+  }
+}
+
+/* Under `mimalloc-pprof run`, leave <dir>/loaded.<pid>: the proof that the preload took
+ * effect in this process, which ld.so would otherwise skip silently. */
+static void mark_loaded(void) {
+  const char* dir = run_dir();
+  if (dir == NULL) return;
   char path[MI_PROF_DUMP_PATH_MAX];
   size_t n = mp_strlen(dir);
   if (n + 40 >= sizeof(path)) return;
@@ -318,4 +353,5 @@ __attribute__((constructor)) static void mp_load(void) {
   }
   if (mp_env.verbose) say_verbose();
   mark_loaded();
+  if (run_dir() != NULL && atomic_load(&mp_state.running)) install_terminate_handlers();
 }

@@ -209,6 +209,28 @@ describe('run on other kinds of programs', () => {
     assert.ok(decode(out).samples.some((s) => s.inuse >= 8 << 20), 'the 8 MiB buffer is in the profile');
   });
 
+  test('SIGTERM to a C program: forwarded, the program ends by it, its profile is written', async () => {
+    const dir = tempDir();
+    const src = join(dir, 'sleeper.c');
+    writeFileSync(
+      src,
+      '#include <stdio.h>\n#include <stdlib.h>\n#include <unistd.h>\n' +
+        '__attribute__((noinline)) void hold(void){static void* p; p = malloc(8<<20); puts("ready"); fflush(stdout);}\n' +
+        'int main(void){hold(); for(;;) pause();}\n',
+    );
+    const bin = join(dir, 'sleeper');
+    assert.equal(run('cc', ['-g', src, '-o', bin]).status, 0);
+    const out = join(dir, 'c-term.pb.gz');
+    const child = spawn(process.execPath, [cli, 'run', '--out', out, '--', bin], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (d) => (stderr += d));
+    await new Promise<void>((ready) => child.stdout.on('data', (d) => String(d).includes('ready') && ready()));
+    child.kill('SIGTERM');
+    const code = await new Promise<number | null>((done) => child.on('exit', (c) => done(c)));
+    assert.equal(code, 128 + 15, stderr);
+    assert.ok(decode(out).samples.some((s) => s.names.includes('hold') && s.inuse >= 8 << 20), stderr);
+  });
+
   test('a static program: run says the preload did not take effect and fails', () => {
     const dir = tempDir();
     const src = join(dir, 's.c');
