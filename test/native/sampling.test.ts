@@ -92,13 +92,14 @@ describe('known allocation sites, read by go tool pprof', () => {
     assert.equal(header.header.inuseCount, out.live_samples);
   });
 
-  test('the estimated total agrees with the exact counters', () => {
+  test('the estimated total agrees with the exact counters', (t) => {
     // exact = known sites + other live blocks (libc, stdio); those others are estimated too,
     // with variance at most (their bytes) * R, and may differ from their usable size by at most
     // their own size.
     const other = Math.max(0, out.exact_live_bytes - knownTotal);
     const sigma = Math.sqrt(varTotal + other * out.interval);
     const err = total(proto) - out.exact_live_bytes;
+    t.diagnostic(`total: estimate ${total(proto)} vs exact ${out.exact_live_bytes} (${((100 * err) / out.exact_live_bytes).toFixed(2)} %, ${(err / sigma).toFixed(2)} sigma)`);
     assert.ok(Math.abs(err) <= 4 * sigma + other, `error ${err}, 4 sigma ${4 * sigma}, other ${other}`);
   });
 
@@ -116,8 +117,9 @@ describe('known allocation sites, read by go tool pprof', () => {
     });
   };
 
-  test('each site holds its share within 10 % (and within 4 sigma)', () => {
+  test('each site holds its share within 10 % (and within 4 sigma)', (t) => {
     for (const { site, rel, sigma } of shareErrors(bySite(proto, (s) => sampleValue(proto, s, 'inuse_space')))) {
+      t.diagnostic(`${site}: share off by ${(rel * 100).toFixed(2)} % (4 sigma ${(400 * sigma).toFixed(2)} %)`);
       assert.ok(4 * sigma <= 0.1, `${site}: the workload is too small for a 10 % claim (4 sigma = ${4 * sigma})`);
       assert.ok(Math.abs(rel) <= 4 * sigma, `${site}: share off by ${(rel * 100).toFixed(2)} %, 4 sigma ${(4 * sigma * 100).toFixed(2)} %`);
       assert.ok(Math.abs(rel) <= 0.1, `${site}: share off by ${(rel * 100).toFixed(2)} %`);
@@ -164,7 +166,9 @@ describe('unbiased in-use estimate over 20 seeds (16 B to 8 MiB, default interva
     }
   });
 
-  test('every run lies within 4 sigma of the exact bytes', () => {
+  test('every run lies within 4 sigma of the exact bytes', (t) => {
+    const zs = runs.map(({ out }) => (out.estimate - exact) / sigma);
+    t.diagnostic(`z over 20 seeds: min ${Math.min(...zs).toFixed(2)}, max ${Math.max(...zs).toFixed(2)}; sigma ${((100 * sigma) / exact).toFixed(2)} % of ${exact} bytes`);
     for (const { out } of runs) {
       const z = (out.estimate - exact) / sigma;
       assert.ok(Math.abs(z) <= 4, `estimate ${out.estimate}, exact ${exact}, z = ${z.toFixed(2)}`);
@@ -178,8 +182,9 @@ describe('unbiased in-use estimate over 20 seeds (16 B to 8 MiB, default interva
     return { rel, ok: Math.abs(rel) <= 0.02 && Math.abs(mean - exact) <= (4 * sigma) / Math.sqrt(estimates.length) };
   };
 
-  test('the mean over 20 seeds is within 2 % (and 4 sigma / sqrt 20)', () => {
+  test('the mean over 20 seeds is within 2 % (and 4 sigma / sqrt 20)', (t) => {
     const { rel, ok } = meanGate(runs.map((r) => r.out.estimate));
+    t.diagnostic(`mean of 20 estimates off by ${(rel * 100).toFixed(3)} % (4 sigma/sqrt 20 = ${((400 * sigma) / Math.sqrt(20) / exact).toFixed(3)} %)`);
     assert.ok(ok, `mean off by ${(rel * 100).toFixed(3)} %`);
   });
 
@@ -206,7 +211,7 @@ describe('C++ operator new from named functions', () => {
     ['-O2 without frame pointers', ['-O2', '-fomit-frame-pointer']],
     ['-O0 with frame pointers', ['-O0', '-fno-omit-frame-pointer']],
   ] as const) {
-    test(`the calling functions appear in >= 95 % of samples (${variant})`, () => {
+    test(`the calling functions appear in >= 95 % of samples (${variant})`, (t) => {
       const bin = fixture('newsite', { flags: [...flags], variant: flags[0] });
       const dir = tempDir();
       const path = join(dir, 'new.pb');
@@ -221,6 +226,7 @@ describe('C++ operator new from named functions', () => {
         return { make: hit('make_widgets'), build: hit('build_city'), samples: p.samples.length };
       };
       const full = fraction({});
+      t.diagnostic(`make_widgets in ${(full.make * 100).toFixed(1)} %, build_city in ${(full.build * 100).toFixed(1)} % of the samples (${full.samples} distinct stacks)`);
       assert.ok(full.make >= 0.95, `make_widgets in ${(full.make * 100).toFixed(1)} %`);
       assert.ok(full.build >= 0.95, `build_city in ${(full.build * 100).toFixed(1)} %`);
       // Positive control: with one frame kept, the caller's caller cannot appear.

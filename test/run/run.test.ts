@@ -96,19 +96,20 @@ describe('a Node program: JavaScript functions named inside native stacks', () =
       message: `${fn}: ${got} in use vs ${retained} retained (${(rel * 100).toFixed(2)} %, 4 sigma ${((400 * sigma) / retained).toFixed(2)} %)`,
     };
   };
-  const check = (fn: string, blockSizes: number[], retained: number) => {
+  const check = (t: { diagnostic(m: string): void }, fn: string, blockSizes: number[], retained: number) => {
     const g = gate(fn, blockSizes, retained);
+    t.diagnostic(g.message);
     assert.ok(g.powerful, `${fn}: the workload is too small for a 10 % claim`);
     assert.ok(g.ok, g.message);
   };
 
-  test('retainSlowBuffers (interpreted) holds its bytes within 10 %', () => {
-    check('retainSlowBuffers', Array(1000).fill(64 * 1024), expected.slowBytes);
+  test('retainSlowBuffers (interpreted) holds its bytes within 10 %', (t) => {
+    check(t, 'retainSlowBuffers', Array(1000).fill(64 * 1024), expected.slowBytes);
   });
 
-  test('retainJsonBuffers (optimised) holds its bytes within 10 %', () => {
+  test('retainJsonBuffers (optimised) holds its bytes within 10 %', (t) => {
     const mean = expected.jsonBytes / 4000;
-    check('retainJsonBuffers', Array(4000).fill(mean), expected.jsonBytes);
+    check(t, 'retainJsonBuffers', Array(4000).fill(mean), expected.jsonBytes);
   });
 
   test('JavaScript frames carry their file', () => {
