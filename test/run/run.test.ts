@@ -195,16 +195,26 @@ describe('run on other kinds of programs', () => {
     assert.deepEqual(readdirSync(dir).filter((f) => f.includes('.tmp')), []);
   });
 
-  test('SIGTERM is forwarded, the program ends by it, and a profile is still written', async () => {
-    const dir = tempDir();
-    const out = join(dir, 'term.pb.gz');
-    const child = spawn(process.execPath, [cli, 'run', '--interval', '64k', '--out', out, '--', 'node', '-e',
-      "globalThis.k=Buffer.allocUnsafeSlow(8<<20);console.log('ready');setInterval(()=>{},1000)"], { stdio: ['ignore', 'pipe', 'pipe'] });
+  /** Starts `run` on a program that prints "ready" and then waits; SIGTERMs `run` then. */
+  async function terminateWhenReady(out: string, command: string[]): Promise<{ code: number | null; stderr: string }> {
+    const child = spawn(process.execPath, [cli, 'run', '--interval', '64k', '--out', out, '--', ...command], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stderr = '';
     child.stderr.on('data', (d) => (stderr += d));
     await new Promise<void>((ready) => child.stdout.on('data', (d) => String(d).includes('ready') && ready()));
     child.kill('SIGTERM');
     const code = await new Promise<number | null>((done) => child.on('exit', (c) => done(c)));
+    return { code, stderr };
+  }
+
+  test('SIGTERM is forwarded, the program ends by it, and a profile is still written', async () => {
+    const out = join(tempDir(), 'term.pb.gz');
+    const { code, stderr } = await terminateWhenReady(out, [
+      'node',
+      '-e',
+      "globalThis.k=Buffer.allocUnsafeSlow(8<<20);console.log('ready');setInterval(()=>{},1000)",
+    ]);
     assert.equal(code, 128 + 15, stderr);
     assert.ok(existsSync(out), stderr);
     assert.ok(decode(out).samples.some((s) => s.inuse >= 8 << 20), 'the 8 MiB buffer is in the profile');
@@ -222,12 +232,7 @@ describe('run on other kinds of programs', () => {
     const bin = join(dir, 'sleeper');
     assert.equal(run('cc', ['-g', src, '-o', bin]).status, 0);
     const out = join(dir, 'c-term.pb.gz');
-    const child = spawn(process.execPath, [cli, 'run', '--out', out, '--', bin], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stderr = '';
-    child.stderr.on('data', (d) => (stderr += d));
-    await new Promise<void>((ready) => child.stdout.on('data', (d) => String(d).includes('ready') && ready()));
-    child.kill('SIGTERM');
-    const code = await new Promise<number | null>((done) => child.on('exit', (c) => done(c)));
+    const { code, stderr } = await terminateWhenReady(out, [bin]);
     assert.equal(code, 128 + 15, stderr);
     assert.ok(decode(out).samples.some((s) => s.names.includes('hold') && s.inuse >= 8 << 20), stderr);
   });
