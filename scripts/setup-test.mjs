@@ -1,7 +1,8 @@
 // Installs what the test suite uses besides npm packages: the real google/pprof
 // (`go tool pprof`, Debian golang-go), valgrind for the callgrind benchmark, g++ for the
-// C++ fixtures. As root on Debian/Ubuntu they are installed; elsewhere a missing one stops
-// the run with one line naming it.
+// C++ fixtures, clang with its sanitizer and libFuzzer runtimes for the reliability gates. As
+// root on Debian/Ubuntu they are installed; elsewhere a missing one stops the run with one line
+// naming it.
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 
@@ -10,9 +11,22 @@ const needs = [
   ['valgrind', 'valgrind'],
   ['g++', 'g++'],
   ['setarch', 'util-linux'],
+  // compare's allocators and the profiler benchmarks (lib: a shared library ldconfig knows)
+  ['lib:libjemalloc.so.2', 'libjemalloc2'],
+  ['lib:libtcmalloc_minimal.so.4', 'libgoogle-perftools4'],
+  ['heaptrack', 'heaptrack'],
+  // the reliability gates (docs/reliability.md): clang, and its ASan/UBSan and libFuzzer
+  // runtimes (Debian 12: clang 14's, only recommended by clang; sh: a shell test)
+  ['clang', 'clang'],
+  ['sh:test -e "$(clang -print-file-name=libclang_rt.fuzzer-$(uname -m).a)"', 'libclang-rt-14-dev'],
 ];
 
-const has = (cmd) => spawnSync('sh', ['-c', `command -v ${cmd}`], { stdio: 'ignore' }).status === 0;
+const has = (cmd) =>
+  spawnSync(
+    'sh',
+    ['-c', cmd.startsWith('lib:') ? `ldconfig -p | grep -qF ${cmd.slice(4)}` : cmd.startsWith('sh:') ? cmd.slice(3) : `command -v ${cmd}`],
+    { stdio: 'ignore' },
+  ).status === 0;
 const missing = needs.filter(([cmd]) => !has(cmd)).map(([, pkg]) => pkg);
 if (missing.length > 0) {
   if (process.getuid?.() === 0 && existsSync('/usr/bin/apt-get')) {

@@ -2,7 +2,7 @@
 // Where the development files are missing: as root on Debian/Ubuntu they are installed with
 // apt-get; elsewhere this stops with one line naming the package for the system.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -84,3 +84,17 @@ const make = spawnSync('make', ['-s', '-C', join(root, 'native'), `BUILD=${join(
   stdio: 'inherit',
 });
 if (make.status !== 0) fail('building the preload library failed (see above)');
+
+// `mimalloc-pprof compare`'s run helper (fork/exec, then wait4's rusage as JSON): a separate,
+// standalone program, rebuilt when missing or older than its source.
+{
+  const src = join(root, 'native', 'tools', 'mpp-rusage.c');
+  const out = join(root, 'build', 'mpp-rusage');
+  const fresh = existsSync(out) && statSync(out).mtimeMs >= statSync(src).mtimeMs;
+  if (existsSync(src) && !fresh) {
+    const cc = spawnSync(process.env.CC ?? 'cc', ['-std=gnu11', '-O2', '-Wall', '-Wextra', '-Werror', '-o', out, src, '-ldl'], {
+      stdio: 'inherit',
+    });
+    if (cc.status !== 0) fail('building the compare helper (native/tools/mpp-rusage.c) failed (see above)');
+  }
+}

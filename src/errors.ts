@@ -13,7 +13,10 @@ export type ErrorCode =
   | 'MPP_ERR_USAGE'
   | 'MPP_ERR_PROFILE_FORMAT'
   | 'MPP_ERR_PROFILE_MISMATCH'
-  | 'MPP_ERR_FILE';
+  | 'MPP_ERR_FILE'
+  | 'MPP_ERR_NOT_PRELOADED'
+  | 'MPP_ERR_VERSION'
+  | 'MPP_ERR_PROFILER';
 
 /** The preload library was not found where it should be. */
 export class LibraryMissingError extends MimallocPprofError {
@@ -56,5 +59,33 @@ export class FileAccessError extends MimallocPprofError {
   constructor(message: string) {
     super('MPP_ERR_FILE', message);
     this.name = 'FileAccessError';
+  }
+}
+
+/**
+ * The in-process profiler cannot be reached: the process does not run under the preload
+ * library (`LD_PRELOAD`), or the Node addon that reaches it is not built. Every call of the
+ * in-process API (`profiler.*`, dumps, push) throws or rejects with it; nothing else happens.
+ */
+export class NotPreloadedError extends MimallocPprofError {
+  constructor(message: string) {
+    super('MPP_ERR_NOT_PRELOADED', message);
+    this.name = 'NotPreloadedError';
+  }
+}
+
+/** The preload library in this process speaks another version of the C API than the addon. */
+export class LibraryVersionError extends MimallocPprofError {
+  constructor(message: string) {
+    super('MPP_ERR_VERSION', message);
+    this.name = 'LibraryVersionError';
+  }
+}
+
+/** The preload library refused an operation (start failed, a dump could not be written). */
+export class ProfilerError extends MimallocPprofError {
+  constructor(message: string) {
+    super('MPP_ERR_PROFILER', message);
+    this.name = 'ProfilerError';
   }
 }

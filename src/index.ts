@@ -6,6 +6,9 @@ export {
   ProfileFormatError,
   ProfileMismatchError,
   FileAccessError,
+  NotPreloadedError,
+  LibraryVersionError,
+  ProfilerError,
 } from './errors.js';
 export type { ErrorCode } from './errors.js';
 export {
@@ -29,3 +32,26 @@ export {
   Profile,
 } from './profile/index.js';
 export type { ParseOptions, EncodeOptions, TopRow, Numeric, ProfileIndex, ParseResult } from './profile/index.js';
+export {
+  profiler,
+  memoryEvents,
+  startDumps,
+  configureFromEnv,
+  dumpOptionsFromEnv,
+  DUMP_SIGNALS,
+} from './node/index.js';
+export type {
+  StartOptions,
+  ProfileOptions,
+  ProfilerStats,
+  MemoryEventsSnapshot,
+  SampleType,
+  Availability,
+  DumpOptions,
+  Dumps,
+  Logger,
+} from './node/index.js';
+export { pprofHandler, serve } from './http/index.js';
+export type { PprofHandler, PprofHandlerOptions, NextFunction, ServeOptions, PprofServer } from './http/index.js';
+export { pushTo, seriesName, SAMPLE_TYPE_CONFIG } from './push/index.js';
+export type { PushOptions, Pusher, PushStats } from './push/index.js';

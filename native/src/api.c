@@ -6,9 +6,11 @@
  * slow path (at most MP_CHECK_PERIOD bytes later). Stop: mark stopped, narrow the filter,
  * drop every record and bucket.
  *
- * fork: the prepare handler takes the lifecycle lock and every table lock, so the child
- * inherits consistent tables; the child resets the locks and keeps profiling (its heap is
- * a copy of the parent's), and writes its own %p-named dump at exit. */
+ * fork: the prepare handler takes the loader lock (internal.h; first, as a dump holds it while
+ * waiting for the loader, which may wait for a table lock), the lifecycle lock and every table
+ * lock, so the child inherits consistent tables and a loader lock no dump of the parent holds;
+ * the child resets the locks and keeps profiling (its heap is a copy of the parent's), and
+ * writes its own %p-named dump at exit. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <mimalloc.h>
@@ -22,6 +24,7 @@
 #include "internal.h"
 
 mp_state_t mp_state;
+mp_lock_t mp_loader_lock;
 static mp_lock_t api_lock;
 
 /* ---- stats ---------------------------------------------------------------------------------- */
@@ -206,6 +209,7 @@ bool mi_prof_memory_events_enabled(void) { return atomic_load(&mp_events_on); }
 
 /* ---- fork ------------------------------------------------------------------------------------ */
 static void fork_prepare(void) {
+  mp_lock(&mp_loader_lock);
   mp_lock(&api_lock);
   mp_table_lock_all();
 }
@@ -213,11 +217,13 @@ static void fork_prepare(void) {
 static void fork_parent(void) {
   mp_table_unlock_all();
   mp_unlock(&api_lock);
+  mp_unlock(&mp_loader_lock);
 }
 
 static void fork_child(void) {
   mp_table_child_reinit();
   atomic_store(&api_lock.held, 0);
+  atomic_store(&mp_loader_lock.held, 0);
 }
 
 /* ---- load and exit ----------------------------------------------------------------------------- */
@@ -338,7 +344,10 @@ __attribute__((constructor)) static void mp_load(void) {
     atomic_store(&mp_events_on, true);
     mp_filter_update(false);
   }
-  pthread_atfork(fork_prepare, fork_parent, fork_child);
+#ifdef MP_TEST_HOOKS
+  if (!mp_test_hook("MP_TEST_SKIP_FORK_HANDLERS")) /* the fork gate's control */
+#endif
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
   /* mimalloc initialises lazily on the first allocation and may leave errno set (its NUMA
    * probe); do it here, so that a program's first malloc leaves errno alone. */
   int saved = errno;

@@ -84,7 +84,7 @@ void* mp_arena_alloc(size_t size, size_t align, bool zero) {
   if (heap == NULL) return NULL;
   int saved = errno;
   void* p;
-  if (align != 0) p = zero ? mi_heap_zalloc_aligned(heap, size, align) : mi_heap_malloc_aligned(heap, size, align);
+  if (align != 0) p = zero ? mi_heap_zalloc_aligned(heap, size, align) : mi_heap_malloc_aligned_at(heap, size, align, 0);
   else p = zero ? mi_heap_zalloc(heap, size) : mi_heap_malloc(heap, size);
   errno = saved;
   if (p != NULL && (uintptr_t)p - arena_lo >= arena_size) {

@@ -7,7 +7,12 @@
  *    memory comes from mp_os_alloc (mmap), text is formatted by hand;
  *  - mp_tls.in_profiler is set while profiler code runs on a thread, so an allocation made
  *    underneath (libc, the unwinder, pthread) takes the plain mimalloc path;
- *  - no profiler lock is held while a stack is captured or the loader is entered.
+ *  - no profiler lock is held while a stack is captured or the loader is entered;
+ *  - aligned blocks come from mimalloc's *_aligned_at(..., 0) forms, never mi_malloc_aligned
+ *    or mi_heap_malloc_aligned: before mimalloc 2.1.0 (its issue #700; Debian 12 ships 2.0.9)
+ *    their fast path takes a power-of-two size of 256..1024 bytes as naturally aligned, but
+ *    such pages start 384 bytes in, so posix_memalign(&p, 256, 256) came back aligned to 128
+ *    only. The _at forms check the block's actual address.
  */
 #ifndef MP_INTERNAL_H
 #define MP_INTERNAL_H
@@ -77,6 +82,11 @@ typedef struct mp_options_s {
 
 extern mp_options_t mp_env;
 void mp_options_init(void);
+#ifdef MP_TEST_HOOKS
+/* Test builds only (native/Makefile `test-hooks`): true when the variable `name` is set to
+ * something other than "" or "0"; each one breaks one behaviour for a gate's positive control. */
+bool mp_test_hook(const char* name);
+#endif
 
 /* ---- util.c: formatting without malloc, warnings ---- */
 size_t mp_fmt_u64(char* buf, uint64_t v);            /* decimal, returns length, no NUL */
@@ -266,6 +276,11 @@ typedef struct mp_state_s {
   mp_format_t dump_format;
 } mp_state_t;
 extern mp_state_t mp_state;
+/* Held around the profiler's own calls that take the loader's lock while other threads run
+ * (the proto writer's dl_iterate_phdr), and taken first by fork's prepare handler: glibc does
+ * not reset the loader's lock in a child, so a fork during a dump would leave the child unable
+ * to dump (or dlopen) ever again. */
+extern mp_lock_t mp_loader_lock;
 
 #pragma GCC visibility pop
 #endif

@@ -183,7 +183,7 @@ EXPORT void* reallocarray(void* p, size_t count, size_t size) {
 
 static inline void* aligned_impl(size_t align, size_t n, void* ra) {
   if ((ptrdiff_t)n < 0) return enomem(); /* mimalloc's aligned path fails it silently */
-  if (take(n)) return mi_malloc_aligned(n, align);
+  if (take(n)) return mi_malloc_aligned_at(n, align, 0);
   return mp_alloc_slow(n, align, 0, ra);
 }
 
@@ -206,9 +206,10 @@ EXPORT void* aligned_alloc(size_t align, size_t n) {
   return aligned_impl(align, n, RA);
 }
 
-/* glibc: small alignments are malloc's; others round up to a power of two. */
+/* glibc: small alignments are malloc's; others round up to a power of two. mimalloc's malloc
+ * guarantees 8 bytes only (its 8- and 24-byte blocks), so 16 takes the aligned path. */
 static inline void* memalign_impl(size_t align, size_t n, void* ra) {
-  if (align <= 16) {
+  if (align <= sizeof(void*)) {
     if (take(n)) return mi_malloc(n);
     return mp_alloc_slow(n, 0, 0, ra);
   }
@@ -280,14 +281,14 @@ void* mp_new_fail(size_t size, size_t align, bool nothrow) {
       abort();
     }
     handler(); /* may throw, or free memory */
-    void* p = align != 0 ? mi_malloc_aligned(size, align) : mi_malloc(size);
+    void* p = align != 0 ? mi_malloc_aligned_at(size, align, 0) : mi_malloc(size);
     if (p != NULL) return p;
   }
 }
 
 static inline void* new_impl(size_t n, size_t align, unsigned flags, void* ra) {
   if (take(n)) {
-    void* p = align != 0 ? mi_malloc_aligned(n, align) : mi_malloc(n);
+    void* p = align != 0 ? mi_malloc_aligned_at(n, align, 0) : mi_malloc(n);
     if (mp_likely(p != NULL)) return p;
     return mp_new_fail(n, align, (flags & MP_NOTHROW) != 0);
   }

@@ -31,6 +31,15 @@ static const char* find_env(const char* name) {
   return NULL;
 }
 
+#ifdef MP_TEST_HOOKS
+bool mp_test_hook(const char* name) {
+  size_t n = mp_strlen(name);
+  for (char** e = environ; e != NULL && *e != NULL; e++)
+    if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return (*e)[n + 1] != 0 && strcmp(*e + n + 1, "0") != 0;
+  return false;
+}
+#endif
+
 /* Decimal or 0x-hex, with an optional k/m/g suffix (powers of 1024). */
 static bool parse_u64(const char* s, uint64_t* out, bool allow_suffix) {
   uint64_t v = 0;

@@ -4,8 +4,10 @@
  * Rules:
  *  - no malloc, ever: scratch memory comes from mp_os_alloc and is released before return;
  *    on failure out->err = ENOMEM and nothing more is written;
+ *  - reentrant: threads may dump at once, so all scratch is per call (no static buffers);
  *  - called with no profiler lock held: dl_iterate_phdr takes the loader lock, and its
- *    callback neither allocates nor calls back into the profiler;
+ *    callback neither allocates nor calls back into the profiler; it runs under
+ *    mp_loader_lock alone, so that no fork happens while this dump holds the loader lock;
  *  - the profile is unsymbolised: a Location is address + mapping; names come later;
  *  - every length-delimited field's size is known before its bytes are written, so the
  *    output is a single forward stream; Profile fields go out in field-number order.
@@ -280,7 +282,9 @@ void mp_write_proto(mp_out_t* out, const mp_snapshot_t* snap) {
   m.counting = true;
   m.vdso_phdr = mp_vdso_phdr();
   m.exe_len = PATH_MAX; /* room for readlink below */
+  mp_lock(&mp_loader_lock);
   dl_iterate_phdr(mp_phdr_cb, &m);
+  mp_unlock(&mp_loader_lock);
   m.objcap = m.nobjs + 16;
   m.segcap = m.nsegs + 32;
   m.pool_cap = m.pool_len + PATH_MAX + 16 * (PATH_MAX + 2 * MP_BUILD_ID_MAX);
@@ -298,7 +302,9 @@ void mp_write_proto(mp_out_t* out, const mp_snapshot_t* snap) {
   m.counting = false;
   m.seen = 0;
   m.nobjs = m.nsegs = 0;
+  mp_lock(&mp_loader_lock);
   dl_iterate_phdr(mp_phdr_cb, &m);
+  mp_unlock(&mp_loader_lock);
   for (size_t i = 0; i < m.nsegs; i++) { /* insertion sort: few segments */
     size_t j = i;
     while (j > 0 && m.segs[order[j - 1]].start > m.segs[i].start) { order[j] = order[j - 1]; j--; }
@@ -315,11 +321,14 @@ void mp_write_proto(mp_out_t* out, const mp_snapshot_t* snap) {
   }
   size_t cap = 16;
   while (cap < 2 * nused) cap *= 2;
-  size_t loc_bytes = cap * sizeof(mp_loc_slot_t) + (nused + 1) * sizeof(uintptr_t) + maxdepth * 10 + 16;
+  /* the thread names are this dump's own: dumps may run at once on several threads */
+  size_t names_bytes = (size_t)MP_THREAD_NAMES_MAX * 16;
+  size_t loc_bytes = names_bytes + cap * sizeof(mp_loc_slot_t) + (nused + 1) * sizeof(uintptr_t) + maxdepth * 10 + 16;
   char* loc_mem = (char*)mp_os_alloc(loc_bytes);
   if (loc_mem == NULL) { mp_os_free(maps_mem, maps_bytes); out->err = ENOMEM; return; }
-  mp_loc_slot_t* slots = (mp_loc_slot_t*)(void*)loc_mem;
-  uintptr_t* ras = (uintptr_t*)(void*)(loc_mem + cap * sizeof(mp_loc_slot_t));
+  char (*thread_names)[16] = (char (*)[16])(void*)loc_mem;
+  mp_loc_slot_t* slots = (mp_loc_slot_t*)(void*)(loc_mem + names_bytes);
+  uintptr_t* ras = (uintptr_t*)(void*)(loc_mem + names_bytes + cap * sizeof(mp_loc_slot_t));
   uint8_t* ids = (uint8_t*)(ras + nused + 1); /* one sample's packed location ids */
   uint64_t nlocs = 0;
   for (size_t r = 0; r < snap->nrows; r++) {
@@ -337,7 +346,6 @@ void mp_write_proto(mp_out_t* out, const mp_snapshot_t* snap) {
     m.objs[i].name_idx = next_str++;
     m.objs[i].bid_idx = m.objs[i].bid_len ? next_str++ : 0;
   }
-  static char thread_names[MP_THREAD_NAMES_MAX][16]; /* dumps are serialised by the caller */
   uint32_t nthreads = 0;
   uint64_t first_thread_str = next_str;
 

@@ -148,7 +148,7 @@ static void count_free(void* p) {
 
 /* ---- allocation ------------------------------------------------------------------------ */
 static void* plain_alloc(size_t size, size_t align, bool zero) {
-  if (align != 0) return zero ? mi_zalloc_aligned(size, align) : mi_malloc_aligned(size, align);
+  if (align != 0) return zero ? mi_zalloc_aligned(size, align) : mi_malloc_aligned_at(size, align, 0);
   return zero ? mi_zalloc(size) : mi_malloc(size);
 }
 

@@ -8,8 +8,13 @@
  * Buckets hold raw sampled counts. All samples in a bucket have the same size, so the
  * unsampling weight 1/p(size) is one number per bucket and a heap_v2 row built from a
  * bucket is size-homogeneous: pprof's per-row correction is then exact.
- * Buckets live until stop (or, with no live samples and nothing to accumulate, until
- * reset); their memory is OS memory from per-shard bump allocators. */
+ * A bucket's `live` counts the records that point at it plus the adds under way, so a bucket
+ * with live == 0 is unreachable from any record. Once it can no longer show in a profile (no
+ * live sample and nothing cumulative: at once without MIMALLOC_PROF_ACCUM, at reset with it)
+ * it is unlinked and its memory kept for the next bucket of the same depth: the profiler's
+ * memory follows the live samples, not every (stack, size, thread) ever sampled, so threads
+ * that come and go (each has its own buckets) do not grow it. Bucket memory is OS memory from
+ * per-shard bump allocators, released at stop. */
 #include <math.h>
 #include <string.h>
 
@@ -25,6 +30,7 @@ typedef struct bucket_shard_s {
   size_t index_cap;
   size_t count;
   mp_bump_t mem;
+  struct mp_bucket_s* spare[MI_PROF_MAX_BT + 1]; /* retired buckets by depth, through `next` */
   char pad[64];
 } bucket_shard_t;
 
@@ -95,8 +101,13 @@ static mp_bucket_t* bucket_get(bucket_shard_t* s, uint64_t h, size_t size, const
         memcmp(b->frames, frames, depth * sizeof(uintptr_t)) == 0)
       return b;
   if (s->count >= s->index_cap) (void)bucket_index_grow(s);
-  mp_bucket_t* b = mp_bump_alloc(&s->mem, sizeof(mp_bucket_t) + depth * sizeof(uintptr_t));
-  if (b == NULL) return NULL;
+  mp_bucket_t* b = s->spare[depth];
+  if (b != NULL) {
+    s->spare[depth] = b->next;
+    b->live = b->allocs = 0;
+  } else if ((b = mp_bump_alloc(&s->mem, sizeof(mp_bucket_t) + depth * sizeof(uintptr_t))) == NULL) {
+    return NULL;
+  }
   b->hash = h;
   b->size = size;
   b->depth = depth;
@@ -108,6 +119,16 @@ static mp_bucket_t* bucket_get(bucket_shard_t* s, uint64_t h, size_t size, const
   s->index[j] = b;
   s->count++;
   return b;
+}
+
+/* Under the shard lock: whether b can still show in a profile (the snapshot's rule). */
+static bool bucket_shows(const mp_bucket_t* b) { return b->live != 0 || (mp_state.accum && b->allocs != 0); }
+
+/* Under the shard lock: b, already unlinked from the index, is kept for reuse. */
+static void bucket_retire(bucket_shard_t* s, mp_bucket_t* b) {
+  b->next = s->spare[b->depth];
+  s->spare[b->depth] = b;
+  s->count--;
 }
 
 /* ---- records ------------------------------------------------------------------------------ */
@@ -156,10 +177,16 @@ static void record_delete(record_shard_t* s, size_t j) {
   s->count--;
 }
 
+/* A record of b is gone (or an add failed): b may retire, and is not touched after that. */
 static void bucket_release_live(mp_bucket_t* b) {
   bucket_shard_t* bs = &bshards[b->hash % SHARDS];
   mp_lock(&bs->lock);
-  if (b->live > 0) b->live--;
+  if (b->live > 0 && --b->live == 0 && !bucket_shows(b)) {
+    mp_bucket_t** link = &bs->index[b->hash & (bs->index_cap - 1)]; /* a live bucket is linked */
+    while (*link != b) link = &(*link)->next;
+    *link = b->next;
+    bucket_retire(bs, b);
+  }
   mp_unlock(&bs->lock);
 }
 
@@ -241,13 +268,13 @@ void mp_table_clear(void) {
     mp_os_free(bs->index, bs->index_cap * sizeof(mp_bucket_t*));
     bs->index = NULL;
     bs->index_cap = bs->count = 0;
+    memset(bs->spare, 0, sizeof(bs->spare));
     mp_bump_release(&bs->mem);
     mp_unlock(&bs->lock);
   }
 }
 
-/* Buckets are unlinked from the index but their memory stays until stop: records may
- * still point at them. */
+/* Buckets left with no live sample retire (no record points at them). */
 void mp_table_reset_accum(void) {
   for (unsigned i = 0; i < SHARDS; i++) {
     bucket_shard_t* bs = &bshards[i];
@@ -259,7 +286,7 @@ void mp_table_reset_accum(void) {
         b->allocs = 0;
         if (b->live == 0) {
           *link = b->next;
-          bs->count--;
+          bucket_retire(bs, b);
         } else {
           link = &b->next;
         }

@@ -36,7 +36,11 @@ static void* trampoline(void* raw) {
   void* result;
   pthread_cleanup_push(on_exit_cleanup, NULL);
   result = start.fn(start.arg);
+#ifdef MP_TEST_HOOKS
+  pthread_cleanup_pop(!mp_test_hook("MP_TEST_SKIP_THREAD_EXIT")); /* the churn gate's control */
+#else
   pthread_cleanup_pop(1);
+#endif
   return result;
 }
 

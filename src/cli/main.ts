@@ -12,6 +12,7 @@ import { debuglog } from 'node:util';
 import { MimallocPprofError, UsageError } from '../errors.js';
 import { libraryPath, packageRoot } from '../native/library.js';
 import type { Command, Io, Out } from './args.js';
+import { compareCommandEntry } from './compare.js';
 import { convertCommand } from './convert.js';
 import { diffCommand } from './diff.js';
 import { runCommand } from './run.js';
@@ -19,7 +20,7 @@ import { topCommand } from './top.js';
 
 const debug = debuglog('mimalloc-pprof');
 
-export type CommandName = 'lib' | 'run' | 'top' | 'diff' | 'convert';
+export type CommandName = 'lib' | 'run' | 'top' | 'diff' | 'convert' | 'compare';
 
 const LIB_HELP = `Usage: mimalloc-pprof lib
 
@@ -48,6 +49,7 @@ const COMMANDS: Record<CommandName, Command> = {
   top: topCommand,
   diff: diffCommand,
   convert: convertCommand,
+  compare: compareCommandEntry,
 };
 
 function help(): string {

@@ -1,0 +1,150 @@
+/**
+ * The Node-API addon (build/mimalloc_pprof.node) as a typed module, loaded once per thread.
+ *
+ * The addon resolves the preload library's `mi_prof_*` entry points with dlsym when it loads;
+ * without the preload every call throws `MPP_ERR_NOT_PRELOADED`. This file turns the addon's
+ * coded errors into this package's error classes, and reports why the profiler cannot be
+ * used (addon not built, not preloaded, C API version mismatch) without throwing.
+ */
+import { createRequire } from 'node:module';
+
+import { LibraryVersionError, MimallocPprofError, NotPreloadedError, ProfilerError } from '../errors.js';
+import { addonPath } from '../native/library.js';
+
+/** Exactly what the addon exports (native/addon/addon.c). */
+export interface NativeAddon {
+  available(): { available: boolean; reason?: string; mimallocVersion?: number };
+  start(config: { interval?: number; seed?: number | bigint; accum?: boolean; btMax?: number; maxBytes?: number }): boolean;
+  stop(): void;
+  reset(): void;
+  isRunning(): boolean;
+  dump(path: string, format: 'proto' | 'text'): void;
+  stats(): NativeStats;
+  memoryEvents(enable?: boolean): boolean;
+}
+
+/** The addon's stats object (mi_prof_stats_t, numbers). */
+export interface NativeStats {
+  running: boolean;
+  sampleInterval: number;
+  liveSamples: number;
+  liveSampledBytes: number;
+  estimatedLiveBytes: number;
+  estimatedLiveObjects: number;
+  accumSamples: number;
+  estimatedAccumBytes: number;
+  estimatedAccumObjects: number;
+  uniqueStacks: number;
+  droppedSamples: number;
+  profilerBytes: number;
+  memoryEvents: boolean;
+  exactLiveBytes: number;
+  exactLiveObjects: number;
+  exactAccumBytes: number;
+  exactAccumObjects: number;
+  rssBytes: number;
+  peakRssBytes: number;
+  commitBytes: number;
+  peakCommitBytes: number;
+  pageFaults: number;
+}
+
+/** Why the profiler can or cannot be used in this process. */
+export interface Availability {
+  available: boolean;
+  /** Why not, in one sentence (only when `available` is false). */
+  reason?: string;
+  /** The error every other call fails with (only when `available` is false). */
+  code?: 'MPP_ERR_NOT_PRELOADED' | 'MPP_ERR_VERSION';
+  /** mimalloc's version as it reports it (e.g. 209 for 2.0.9), when available. */
+  mimallocVersion?: number;
+}
+
+let loaded: { addon?: NativeAddon; error?: string } | undefined;
+
+function load(): { addon?: NativeAddon; error?: string } {
+  if (loaded) return loaded;
+  try {
+    const require = createRequire(import.meta.url);
+    loaded = { addon: require(addonPath()) as NativeAddon };
+  } catch (e) {
+    loaded = { error: `the Node addon cannot be loaded: ${e instanceof Error ? e.message : String(e)}` };
+  }
+  return loaded;
+}
+
+let availability: Availability | undefined;
+
+/** Whether the profiler can be used, and if not why; never throws. Cached per thread. */
+export function checkAvailability(): Availability {
+  if (availability) return availability;
+  const { addon, error } = load();
+  if (!addon) {
+    availability = { available: false, reason: error, code: 'MPP_ERR_NOT_PRELOADED' };
+    return availability;
+  }
+  const a = addon.available();
+  if (!a.available) {
+    availability = {
+      available: false,
+      reason: a.reason ?? 'not preloaded: start the process with LD_PRELOAD=$(npx mimalloc-pprof lib)',
+      code: 'MPP_ERR_NOT_PRELOADED',
+    };
+    return availability;
+  }
+  try {
+    addon.stats();
+  } catch (e) {
+    const mismatch = (e as { code?: string }).code === 'MPP_ERR_VERSION';
+    availability = {
+      available: false,
+      reason: mismatch
+        ? 'library version mismatch: the preload library in this process speaks another version of the C API than this package (use the library of the same mimalloc-pprof install: LD_PRELOAD=$(npx mimalloc-pprof lib))'
+        : `the preload library does not answer: ${e instanceof Error ? e.message : String(e)}`,
+      code: mismatch ? 'MPP_ERR_VERSION' : 'MPP_ERR_NOT_PRELOADED',
+    };
+    return availability;
+  }
+  availability = { available: true, ...(a.mimallocVersion !== undefined ? { mimallocVersion: a.mimallocVersion } : {}) };
+  return availability;
+}
+
+/** Converts an error thrown by the addon into this package's typed errors. */
+export function translate(e: unknown): unknown {
+  if (e instanceof MimallocPprofError) return e;
+  const code = (e as { code?: unknown }).code;
+  const message = e instanceof Error ? e.message : String(e);
+  switch (code) {
+    case 'MPP_ERR_NOT_PRELOADED':
+      return new NotPreloadedError(message);
+    case 'MPP_ERR_VERSION':
+      return new LibraryVersionError(message);
+    case 'MPP_ERR_START':
+    case 'MPP_ERR_DUMP':
+      return new ProfilerError(message);
+    case 'MPP_ERR_ARGUMENT':
+      return new TypeError(message);
+    default:
+      return e;
+  }
+}
+
+/** The addon, when the profiler is available; else throws the typed error naming why. */
+export function requireAddon(): NativeAddon {
+  const a = checkAvailability();
+  if (!a.available) {
+    const message = `mimalloc-pprof: the profiler is not available in this process: ${a.reason ?? 'unknown reason'}`;
+    throw a.code === 'MPP_ERR_VERSION' ? new LibraryVersionError(message) : new NotPreloadedError(message);
+  }
+  return load().addon!;
+}
+
+/** Runs `fn` with the addon, translating its errors. */
+export function withAddon<T>(fn: (addon: NativeAddon) => T): T {
+  const addon = requireAddon();
+  try {
+    return fn(addon);
+  } catch (e) {
+    throw translate(e);
+  }
+}

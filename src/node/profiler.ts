@@ -1,0 +1,205 @@
+/**
+ * The in-process API: `import { profiler } from 'mimalloc-pprof'` in a process that runs
+ * under the preload library (LD_PRELOAD=$(npx mimalloc-pprof lib)).
+ *
+ * Without the preload, `available()` says so and why, and every other call fails with one
+ * typed error (NotPreloadedError, code MPP_ERR_NOT_PRELOADED; LibraryVersionError,
+ * MPP_ERR_VERSION, for a library of another C API version): synchronous calls throw it,
+ * asynchronous ones reject with it. Nothing else happens.
+ *
+ * JavaScript frames are named from V8's perf map: start Node with
+ * `--perf-basic-prof --interpreted-frames-native-stack` (e.g. in NODE_OPTIONS). Without
+ * them JavaScript frames stay addresses; native frames are named either way.
+ */
+import { randomBytes } from 'node:crypto';
+import { rename, rm, writeFile } from 'node:fs/promises';
+import { basename, dirname, join } from 'node:path';
+
+import { checkAvailability, withAddon, type Availability, type NativeStats } from './addon.js';
+import { snapshots } from './snapshots.js';
+
+export type { Availability } from './addon.js';
+
+/** Options of `profiler.start` (all optional; see the README's environment table). */
+export interface StartOptions {
+  /** Mean bytes between samples (default MIMALLOC_PROF_SAMPLE_INTERVAL, else 524288). */
+  interval?: number;
+  /** Reproducible sampling: each thread's stream derives from the seed. */
+  seed?: number | bigint;
+  /** Also keep allocated (cumulative) figures: needed by /allocs and `?seconds=N`. */
+  accum?: boolean;
+  /** Stack depth, 1–128 (default 32). */
+  btMax?: number;
+  /** Cap on the profiler's own memory; samples over it are dropped and counted. */
+  maxBytes?: number;
+}
+
+/** The preload library's figures (mi_prof_stats_t): sampled, estimated, exact, process. */
+export type ProfilerStats = NativeStats;
+
+/** Exact live and cumulative figures counted by the interposer (memory events). */
+export interface MemoryEventsSnapshot {
+  enabled: boolean;
+  liveBytes: number;
+  liveObjects: number;
+  accumBytes: number;
+  accumObjects: number;
+}
+
+export type SampleType = 'inuse_space' | 'inuse_objects' | 'alloc_space' | 'alloc_objects';
+
+export interface ProfileOptions {
+  /** `proto` (profile.proto, default) or `text` (gperftools heap_v2 annotated with names). */
+  format?: 'proto' | 'text';
+  /** proto only: gzip it (default true, the `.pb.gz` form every tool reads). */
+  gzip?: boolean;
+  /** The sample type pprof shows by default (default inuse_space). */
+  sampleType?: SampleType;
+  /** Run V8's gc first when it is exposed (node --expose-gc); ignored otherwise. */
+  gc?: boolean;
+}
+
+const START_KEYS = new Set(['interval', 'seed', 'accum', 'btMax', 'maxBytes']);
+const PROFILE_KEYS = new Set(['format', 'gzip', 'sampleType', 'gc']);
+const SAMPLE_TYPES = new Set(['inuse_space', 'inuse_objects', 'alloc_space', 'alloc_objects']);
+
+function checkKeys(what: string, options: object, allowed: Set<string>): void {
+  for (const k of Object.keys(options)) if (!allowed.has(k)) throw new TypeError(`${what}: unknown option '${k}'`);
+}
+
+function intOption(what: string, name: string, v: unknown, min: number, max: number): void {
+  if (v === undefined) return;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
+    throw new TypeError(`${what}: ${name} must be an integer from ${min} to ${max}, not ${String(v)}`);
+  }
+}
+
+/** Checks start options; throws TypeError naming the first bad one. */
+export function checkStartOptions(options: StartOptions): void {
+  checkKeys('start', options, START_KEYS);
+  intOption('start', 'interval', options.interval, 1, Number.MAX_SAFE_INTEGER);
+  intOption('start', 'btMax', options.btMax, 1, 128);
+  intOption('start', 'maxBytes', options.maxBytes, 0, Number.MAX_SAFE_INTEGER);
+  const seed = options.seed;
+  if (seed !== undefined && !(typeof seed === 'bigint' ? seed >= 0n && seed < 1n << 64n : Number.isSafeInteger(seed) && seed >= 0)) {
+    throw new TypeError(`start: seed must be a non-negative integer (a bigint up to 2^64-1), not ${String(seed)}`);
+  }
+  if (options.accum !== undefined && typeof options.accum !== 'boolean') throw new TypeError('start: accum must be a boolean');
+}
+
+function checkProfileOptions(options: ProfileOptions): void {
+  checkKeys('profile', options, PROFILE_KEYS);
+  if (options.format !== undefined && options.format !== 'proto' && options.format !== 'text') {
+    throw new TypeError(`profile: format must be 'proto' or 'text', not ${String(options.format)}`);
+  }
+  if (options.sampleType !== undefined && !SAMPLE_TYPES.has(options.sampleType)) {
+    throw new TypeError(`profile: sampleType must be one of ${[...SAMPLE_TYPES].join(', ')}, not ${String(options.sampleType)}`);
+  }
+}
+
+/** Runs `fn` as an async call: its errors reject instead of throwing. */
+async function later<T>(fn: () => Promise<T>): Promise<T> {
+  return fn();
+}
+
+/** Writes `data` to `path` atomically (temporary file in the same directory + rename), mode 0600. */
+export async function writeFileAtomic(path: string, data: Uint8Array): Promise<void> {
+  const tmp = join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
+  try {
+    await writeFile(tmp, data, { mode: 0o600 });
+    await rename(tmp, path);
+  } catch (e) {
+    await rm(tmp, { force: true });
+    throw e;
+  }
+}
+
+/** The exact counters, enabled on demand (every allocation then takes the slow path). */
+export const memoryEvents = {
+  /** Starts counting exact live and cumulative bytes and objects; returns whether on. */
+  enable(): boolean {
+    return withAddon((a) => a.memoryEvents(true));
+  },
+  /** Stops counting. */
+  disable(): boolean {
+    return withAddon((a) => a.memoryEvents(false));
+  },
+  isEnabled(): boolean {
+    return withAddon((a) => a.memoryEvents());
+  },
+  /** The exact figures now (zeros while never enabled). */
+  snapshot(): MemoryEventsSnapshot {
+    const s = withAddon((a) => a.stats());
+    return {
+      enabled: s.memoryEvents,
+      liveBytes: s.exactLiveBytes,
+      liveObjects: s.exactLiveObjects,
+      accumBytes: s.exactAccumBytes,
+      accumObjects: s.exactAccumObjects,
+    };
+  },
+};
+
+export const profiler = {
+  /** Whether this process runs under the preload library, and if not why. Never throws. */
+  available(): Availability {
+    return { ...checkAvailability() };
+  },
+
+  /** Starts sampling; false when it was already running (its settings are kept). */
+  start(options: StartOptions = {}): boolean {
+    checkStartOptions(options);
+    return withAddon((a) => a.start(options));
+  },
+
+  /** Stops sampling and discards every sample. */
+  stop(): void {
+    withAddon((a) => a.stop());
+  },
+
+  /** Clears the cumulative (allocated) figures; live samples are kept. */
+  reset(): void {
+    withAddon((a) => a.reset());
+  },
+
+  isRunning(): boolean {
+    return withAddon((a) => a.isRunning());
+  },
+
+  /** Sampled and estimated figures, exact counters, RSS and commit. */
+  stats(): ProfilerStats {
+    return withAddon((a) => a.stats());
+  },
+
+  /**
+   * The heap profile now: by default gzipped profile.proto with native and JavaScript frames
+   * named (self-contained: `go tool pprof -symbolize=none` shows the same names).
+   * Concurrent calls share one dump; the work runs off the event loop.
+   */
+  profile(options: ProfileOptions = {}): Promise<Buffer> {
+    return later(async () => {
+      checkProfileOptions(options);
+      const lease = await snapshots.acquire({ gc: options.gc === true });
+      try {
+        const data = await lease.render({
+          format: options.format ?? 'proto',
+          gzip: options.gzip !== false,
+          ...(options.sampleType ? { defaultSampleType: options.sampleType } : {}),
+        });
+        return Buffer.from(data); // a copy: the render is shared with concurrent callers
+      } finally {
+        lease.release();
+      }
+    });
+  },
+
+  /** profile(options) written atomically to `path` (mode 0600). */
+  writeProfile(path: string, options: ProfileOptions = {}): Promise<void> {
+    return later(async () => {
+      if (typeof path !== 'string' || path === '') throw new TypeError('writeProfile: path must be a non-empty string');
+      await writeFileAtomic(path, await profiler.profile(options));
+    });
+  },
+
+  memoryEvents,
+};
