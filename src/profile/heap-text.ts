@@ -1,7 +1,7 @@
 /**
  * The gperftools heap_v2 text codec, read as google/pprof reads it (profile/legacy_profile.go
  * parseHeap, profile.go massageMappings, remapMappingIDs) and written so that pprof reads it
- * back. Format notes: /work/shared/notes/formats-and-tools.md §1.
+ * back. Format notes: the shared notes, formats-and-tools.md §1.
  *
  * Reading:
  *  - line 1 must hold the header `heap profile: N: M [N2: M2] @ heap_v2/R` (pprof's pattern,

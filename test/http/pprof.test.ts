@@ -18,7 +18,7 @@ const stats = () => svc.json<{ dumps: number; served: number; busy: number; rss:
 before(async () => {
   svc = await startService({ SERVICE_FRAMEWORKS: '1' }, { nodeOptions: ['--expose-gc'] });
   base = `http://127.0.0.1:${svc.ports.http}`;
-  assert.equal((await svc.get('/work/early')).status, 200);
+  assert.equal((await svc.get('/job/early')).status, 200);
 });
 
 after(async () => {
@@ -41,7 +41,7 @@ test('?seconds=2 on /debug/pprof/allocs holds only the window\'s allocations; wi
   const windowed = goPprof(['-top', `${base}/debug/pprof/allocs?seconds=2`]);
   await waitFor(async () => (await stats()).dumps > before, 15_000, 'the window\'s first dump');
   await new Promise((r) => setTimeout(r, 300)); // the dump itself starts as soon as it is asked for
-  assert.equal((await svc.get('/work/window')).status, 200);
+  assert.equal((await svc.get('/job/window')).status, 200);
   const w = await windowed;
   assert.equal(w.code, 0, w.out);
   assert.match(w.out, /Type: alloc_space/);
@@ -176,7 +176,7 @@ test('1 000 requests at concurrency 50: no crash, dumps coalesced, RSS bounded',
 
   // control: the RSS gate sees growth when there is some (more than the allocator could
   // serve from pages it already holds)
-  await svc.get('/work/retain?mb=384');
+  await svc.get('/job/retain?mb=384');
   const grown = (await stats()).rss - s.rss;
   assert.ok(grown >= 160 << 20, `retaining 384 MiB grew RSS by ${(grown / 2 ** 20).toFixed(0)} MiB`);
 });

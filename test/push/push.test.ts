@@ -134,7 +134,7 @@ test('pushes reach the ingest server in the documented shape, retried through 5x
   const accepted = () => requests.filter((r) => r.status === 200);
   // the application allocates in the first windows (its own work blocks its loop: not measured)
   for (let i = 0; i < 3; i++) {
-    assert.equal((await svc.get('/work/push')).status, 200);
+    assert.equal((await svc.get('/job/push')).status, 200);
     await new Promise((r) => setTimeout(r, 300));
   }
   await waitFor(() => accepted().length >= 1, 20_000, 'a first accepted push');
@@ -148,7 +148,7 @@ test('pushes reach the ingest server in the documented shape, retried through 5x
   process.stderr.write(`# event-loop lag while pushing: max ${lag.maxMs.toFixed(1)} ms\n`);
   // positive control: the same monitor sees a deliberate 1 s block
   await svc.json('/lag/reset');
-  await svc.get('/work/block?ms=1000');
+  await svc.get('/job/block?ms=1000');
   await new Promise((r) => setTimeout(r, 100)); // the monitor's timer records the delay when it next fires
   const blocked = await svc.json<{ maxMs: number }>('/lag');
   assert.ok(blocked.maxMs >= 900, `a 1 s block showed as ${blocked.maxMs} ms`);
