@@ -9,9 +9,9 @@
  * ends, each raw profile is symbolised here, in this process, and written next to --out.
  */
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { basename, delimiter, extname, join, resolve } from 'node:path';
+import { basename, extname, join, resolve } from 'node:path';
 import { constants as osConstants } from 'node:os';
 
 import { Profile } from 'pprof-format';
@@ -19,6 +19,7 @@ import { Profile } from 'pprof-format';
 import { debuglog } from 'node:util';
 
 import { UsageError } from '../errors.js';
+import { preloadObstacle, which } from '../native/launch.js';
 import { addonPath, libraryPath, packageRoot } from '../native/library.js';
 import { isPreloadLibrary, symbolize } from '../symbolize/index.js';
 import { encodeHeapText, encodeProfile } from '../profile/index.js';
@@ -126,41 +127,6 @@ function integer(value: string, name: string, min: number, max: number): number 
     throw new UsageError(`run: ${name} must be an integer from ${min} to ${max}, not ${value}`);
   }
   return Number(value);
-}
-
-/** PATH lookup, as execvp does. */
-function which(cmd: string, env: NodeJS.ProcessEnv): string | undefined {
-  if (cmd.includes('/')) return existsSync(cmd) ? resolve(cmd) : undefined;
-  for (const dir of (env.PATH ?? '').split(delimiter)) {
-    const candidate = join(dir || '.', cmd);
-    try {
-      if (statSync(candidate).isFile()) return candidate;
-    } catch {
-      /* next */
-    }
-  }
-  return undefined;
-}
-
-/** Reasons the dynamic loader would ignore LD_PRELOAD for this file, if any. */
-function preloadObstacle(file: string): string | undefined {
-  try {
-    const st = statSync(file);
-    if (st.mode & 0o6000) return `${file} is setuid/setgid: the dynamic loader ignores LD_PRELOAD for it`;
-    const head = Buffer.alloc(4096);
-    const fd = readFileSync(file).subarray(0, 4096);
-    fd.copy(head);
-    if (head.readUInt32BE(0) !== 0x7f454c46) return undefined; // a script: its interpreter decides
-    const phoff = Number(head.readBigUInt64LE(0x20));
-    const phentsize = head.readUInt16LE(0x36);
-    const phnum = head.readUInt16LE(0x38);
-    for (let k = 0; k < phnum && phoff + (k + 1) * phentsize <= head.length; k++) {
-      if (head.readUInt32LE(phoff + k * phentsize) === 3) return undefined; // PT_INTERP: dynamic
-    }
-    return `${file} is statically linked: LD_PRELOAD cannot reach its allocator`;
-  } catch {
-    return undefined;
-  }
 }
 
 function withPid(out: string, pid: number): string {

@@ -11,9 +11,9 @@
  * out of the figures.
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { delimiter, join, resolve } from 'node:path';
+import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 
 import { LibraryMissingError } from '../errors.js';
@@ -88,38 +88,7 @@ export function baseEnvironment(env: NodeJS.ProcessEnv = process.env): Record<st
   return out;
 }
 
-/** PATH lookup, as execvp does. */
-export function which(cmd: string, env: Record<string, string | undefined> = process.env): string | undefined {
-  if (cmd.includes('/')) return existsSync(cmd) && statSync(cmd).isFile() ? resolve(cmd) : undefined;
-  for (const dir of (env.PATH ?? '').split(delimiter)) {
-    const candidate = join(dir || '.', cmd);
-    try {
-      if (statSync(candidate).isFile()) return candidate;
-    } catch {
-      /* next */
-    }
-  }
-  return undefined;
-}
-
-/** Why LD_PRELOAD cannot reach this file's allocator (static or setuid), if it cannot. */
-export function preloadObstacle(file: string): string | undefined {
-  try {
-    const st = statSync(file);
-    if (st.mode & 0o6000) return `${file} is setuid/setgid: the dynamic loader ignores LD_PRELOAD for it`;
-    const head = readFileSync(file).subarray(0, 4096);
-    if (head.length < 64 || head.readUInt32BE(0) !== 0x7f454c46) return undefined; // a script: its interpreter decides
-    const phoff = Number(head.readBigUInt64LE(0x20));
-    const phentsize = head.readUInt16LE(0x36);
-    const phnum = head.readUInt16LE(0x38);
-    for (let k = 0; k < phnum && phoff + (k + 1) * phentsize <= head.length; k++) {
-      if (head.readUInt32LE(phoff + k * phentsize) === 3) return undefined; // PT_INTERP: dynamic
-    }
-    return `${file} is statically linked: LD_PRELOAD cannot change its allocator`;
-  } catch {
-    return undefined;
-  }
-}
+export { preloadObstacle, which } from '../native/launch.js';
 
 /** Which allocator serves malloc under `library` (the helper's --identify, run under the preload). */
 export function identify(library: string | undefined, env: Record<string, string>): { allocator: string; miVersion: number; error?: string } {

@@ -1,0 +1,43 @@
+/** Finding the program to launch under the preload, and whether the preload can reach it. */
+import { closeSync, existsSync, openSync, readSync, statSync } from 'node:fs';
+import { delimiter, join, resolve } from 'node:path';
+
+/** PATH lookup, as execvp does. */
+export function which(cmd: string, env: Record<string, string | undefined> = process.env): string | undefined {
+  if (cmd.includes('/')) return existsSync(cmd) && statSync(cmd).isFile() ? resolve(cmd) : undefined;
+  for (const dir of (env.PATH ?? '').split(delimiter)) {
+    const candidate = join(dir || '.', cmd);
+    try {
+      if (statSync(candidate).isFile()) return candidate;
+    } catch {
+      /* next */
+    }
+  }
+  return undefined;
+}
+
+/** Why LD_PRELOAD cannot reach this file's allocator (static or setuid), if it cannot. */
+export function preloadObstacle(file: string): string | undefined {
+  try {
+    const st = statSync(file);
+    if (st.mode & 0o6000) return `${file} is setuid/setgid: the dynamic loader ignores LD_PRELOAD for it`;
+    const head = Buffer.alloc(4096);
+    const fd = openSync(file, 'r');
+    let got = 0;
+    try {
+      got = readSync(fd, head, 0, head.length, 0);
+    } finally {
+      closeSync(fd);
+    }
+    if (got < 64 || head.readUInt32BE(0) !== 0x7f454c46) return undefined; // a script: its interpreter decides
+    const phoff = Number(head.readBigUInt64LE(0x20));
+    const phentsize = head.readUInt16LE(0x36);
+    const phnum = head.readUInt16LE(0x38);
+    for (let k = 0; k < phnum && phoff + (k + 1) * phentsize <= got; k++) {
+      if (head.readUInt32LE(phoff + k * phentsize) === 3) return undefined; // PT_INTERP: dynamic
+    }
+    return `${file} is statically linked: LD_PRELOAD cannot change its allocator`;
+  } catch {
+    return undefined;
+  }
+}
