@@ -10,7 +10,7 @@ import { type CompareResult, runCompare } from '../compare/compare.js';
 import { progressText, renderMarkdown, renderText, shellLine } from '../compare/report.js';
 import { baseEnvironment, identify, preloadObstacle, which } from '../compare/runner.js';
 import type { Command, Io } from './args.js';
-import { writeFileAtomic } from './args.js';
+import { splitCommandLine, writeFileAtomic } from './args.js';
 
 export const COMPARE_HELP = `Usage: mimalloc-pprof compare [options] -- CMD [ARGS…]
 
@@ -74,24 +74,13 @@ function integer(name: string, value: string, min: number, max: number): number 
 
 export function parseCompareArgs(argv: string[]): CompareArgs | 'help' {
   const o: CompareArgs = { allocators: DEFAULT_ALLOCATORS.join(','), blocks: 15, warmup: 1, resamples: 10_000, counts: 'once', env: [], timeout: 0, quiet: false, command: [] };
-  let i = 0;
-  for (; i < argv.length; i++) {
-    const arg = argv[i]!;
-    if (arg === '--') {
-      i++;
-      break;
-    }
-    if (arg === '-h' || arg === '--help') return 'help';
-    if (!arg.startsWith('-')) break;
-    const eq = arg.indexOf('=');
-    const [name, inline] = arg.startsWith('--') && eq > 0 ? [arg.slice(0, eq), arg.slice(eq + 1)] : [arg, undefined];
-    if (name === '--quiet') {
-      o.quiet = true;
+  const split = splitCommandLine('compare', argv, new Set(['--quiet']), VALUE_OPTIONS);
+  if (split === 'help') return 'help';
+  for (const [name, value] of split.options) {
+    if (value === true) {
+      o.quiet = true; // --quiet
       continue;
     }
-    if (!VALUE_OPTIONS.has(name)) throw new UsageError(`compare: unknown option ${name} (see mimalloc-pprof compare --help)`);
-    const value = inline ?? argv[++i];
-    if (value === undefined) throw new UsageError(`compare: ${name} needs a value`);
     switch (name) {
       case '--allocators':
         o.allocators = value;
@@ -130,7 +119,7 @@ export function parseCompareArgs(argv: string[]): CompareArgs | 'help' {
         break;
     }
   }
-  o.command = argv.slice(i);
+  o.command = split.rest;
   if (o.command.length === 0) throw new UsageError('compare: no command given (mimalloc-pprof compare [options] -- CMD ARGS…)');
   if (o.json === '-' && o.markdown === '-') throw new UsageError('compare: --json and --markdown cannot both go to stdout');
   return o;

@@ -23,7 +23,7 @@ import { preloadObstacle, which } from '../native/launch.js';
 import { addonPath, libraryPath, packageRoot } from '../native/library.js';
 import { isPreloadLibrary, symbolize } from '../symbolize/index.js';
 import { encodeHeapText, encodeProfile } from '../profile/index.js';
-import { writeFileAtomic } from './args.js';
+import { splitCommandLine, writeFileAtomic } from './args.js';
 import { humanBytes, printTop } from './top.js';
 
 const debug = debuglog('mimalloc-pprof');
@@ -62,23 +62,13 @@ const VALUE_OPTIONS = new Set(['--out', '--format', '--interval', '--seed', '--b
 
 export function parseRunArgs(argv: string[]): RunOptions | 'help' {
   const opts: RunOptions = { out: 'mimalloc-pprof.pb.gz', format: 'proto', btMax: 64, top: 10, profile: true, command: [] };
-  let i = 0;
-  for (; i < argv.length; i++) {
-    const arg = argv[i]!;
-    if (arg === '--') {
-      i++;
-      break;
-    }
-    if (arg === '-h' || arg === '--help') return 'help';
-    if (!arg.startsWith('-')) break; // the command starts here
-    const [name, inline] = arg.includes('=') ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)] : [arg, undefined];
-    if (name === '--no-profile') {
-      opts.profile = false;
+  const split = splitCommandLine('run', argv, new Set(['--no-profile']), VALUE_OPTIONS);
+  if (split === 'help') return 'help';
+  for (const [name, value] of split.options) {
+    if (value === true) {
+      opts.profile = false; // --no-profile
       continue;
     }
-    if (!VALUE_OPTIONS.has(name)) throw new UsageError(`run: unknown option ${name} (see mimalloc-pprof run --help)`);
-    const value = inline ?? argv[++i];
-    if (value === undefined) throw new UsageError(`run: ${name} needs a value`);
     switch (name) {
       case '--out':
         opts.out = value;
@@ -103,7 +93,7 @@ export function parseRunArgs(argv: string[]): RunOptions | 'help' {
         break;
     }
   }
-  opts.command = argv.slice(i);
+  opts.command = split.rest;
   if (opts.command.length === 0) throw new UsageError('run: no command given (mimalloc-pprof run [options] -- CMD ARGS…)');
   return opts;
 }
