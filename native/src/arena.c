@@ -8,30 +8,28 @@
  *  - the arena is reserved once and never released (mimalloc has no API for it), and the
  *    sampled heap is never deleted or destroyed, so blocks stay valid whoever frees them.
  *
+ *  - a heap allocates only on the thread that made it: mimalloc 2.x, and 3.x before 3.2.6,
+ *    say so ("can only allocate from the same thread that created it") and take no lock on
+ *    their page queues, so a heap shared between threads corrupts them (Node crashed so on
+ *    3.0.1). Every version therefore gets one lazily made heap per thread;
+ *  - mimalloc deletes a thread's heaps in its pthread key destructor; the profiler's key
+ *    destructor runs before it (thread.c) and forgets the heap, so no sample ever reaches
+ *    a deleted heap. The heap's live blocks stay valid (2.x moves them to the backing heap,
+ *    3.x abandons their pages) and any thread may free them.
+ *
  * Version differences (public API only): mi_arena_id_t is an int in 2.x and a pointer in
- * 3.x (the header we build against decides); 2.x heaps are bound to the thread that made
- * them and are deleted by mimalloc at that thread's exit, so 2.x gets one lazily created
- * heap per thread, dropped before the thread's destructors run (thread.c); 3.x heaps
- * allocate from any thread, so 3.x gets one heap. 3.x serves alignments up to 64 KiB
- * from an arena, 2.x up to 16 MiB; larger ones return NULL and the sample is dropped. */
+ * 3.x (the header we build against decides). 3.x serves alignments up to 64 KiB and blocks
+ * up to 32 MiB from an arena, 2.x alignments up to 16 MiB; beyond, the arena heap returns
+ * NULL and the sample is dropped. */
 #include <errno.h>
 #include <mimalloc.h>
 
 #include "internal.h"
 
-#if MP_MI_MAJOR(MI_MALLOC_VERSION) >= 3
-#define MP_HEAP_PER_THREAD 0
-#else
-#define MP_HEAP_PER_THREAD 1
-#endif
-
-static mp_lock_t arena_lock;
+static mp_lock_t arena_lock = MP_LOCK_INIT(MP_LEVEL_ARENA);
 static atomic_bool arena_ready;
 static mi_arena_id_t arena_id;
 static uintptr_t arena_lo, arena_size;
-#if !MP_HEAP_PER_THREAD
-static mi_heap_t* shared_heap;
-#endif
 
 bool mp_arena_init(size_t bytes) {
   if (atomic_load(&arena_ready)) return true;
@@ -46,11 +44,7 @@ bool mp_arena_init(size_t bytes) {
         arena_id = id;
         arena_lo = (uintptr_t)lo;
         arena_size = size;
-#if !MP_HEAP_PER_THREAD
-        shared_heap = mi_heap_new_in_arena(id);
-        if (shared_heap != NULL)
-#endif
-          atomic_store(&arena_ready, true);
+        atomic_store(&arena_ready, true);
       }
     }
     errno = saved;
@@ -68,14 +62,13 @@ void mp_arena_range(uintptr_t* lo, uintptr_t* size) {
 }
 
 static mi_heap_t* thread_heap(void) {
-#if MP_HEAP_PER_THREAD
   mp_thread_t* t = &mp_tls;
   if (t->exiting) return NULL;
+  /* Only a registered thread learns of its end (thread.c): no heap without it. */
+  if (!t->registered) mp_thread_register();
+  if (!t->registered) return NULL;
   if (t->heap == NULL) t->heap = mi_heap_new_in_arena(arena_id);
   return t->heap;
-#else
-  return shared_heap;
-#endif
 }
 
 void* mp_arena_alloc(size_t size, size_t align, bool zero) {
@@ -96,11 +89,8 @@ void* mp_arena_alloc(size_t size, size_t align, bool zero) {
 }
 
 void mp_arena_thread_exit(void) {
-  /* mimalloc 2.x deletes this thread's heaps after the thread's destructors begin; from
-   * here on the heap pointer may dangle, so it is forgotten. Its live blocks move to the
-   * thread's backing heap and stay valid. */
+  /* mimalloc deletes this thread's heaps in a key destructor that runs after this one;
+   * from here on the heap pointer may dangle, so it is forgotten. */
   mp_tls.exiting = true;
   mp_tls.heap = NULL;
 }
-
-const char* mp_mimalloc_kind(void) { return MP_HEAP_PER_THREAD ? "per-thread arena heaps" : "shared arena heap"; }

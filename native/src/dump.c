@@ -17,7 +17,7 @@
 
 static atomic_uint tmp_counter;
 
-void mp_stats_fill(mi_prof_stats_t* stats);
+
 
 static bool tmp_name(const char* path, char* out, size_t cap) {
   size_t n = mp_strlen(path);
@@ -47,6 +47,7 @@ bool mp_dump(const char* path_in, mp_format_t format) {
     err = path_in == NULL || path_in[0] == 0 ? EINVAL : ENAMETOOLONG;
     goto done;
   }
+  mp_table_check();
   snap.interval = (double)mp_state.interval;
   snap.accum = mp_state.accum;
   mp_stats_fill(&snap.stats);

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "debug.h"
 #include "mimalloc-pprof/profile.h"
 
 /* Internal names are hidden, so the fast paths reach them without the GOT. */
@@ -34,12 +35,17 @@
 #define mp_unlikely(x) __builtin_expect(!!(x), 0)
 #define mp_noinline __attribute__((noinline))
 
-/* ---- lock.h-like: a spinlock that never allocates and survives fork (see api.c) ---- */
+/* ---- util.c: a spinlock that never allocates and survives fork (see process.c) ---- */
 typedef struct mp_lock_s {
   atomic_int held;
+  int level; /* mp_lock_level_t (debug.h): fixed where the lock is defined */
 } mp_lock_t;
+#define MP_LOCK_INIT(lvl) {.held = 0, .level = (lvl)}
 void mp_lock(mp_lock_t* lock);
 void mp_unlock(mp_lock_t* lock);
+void mp_lock_reset(mp_lock_t* lock); /* fork child only */
+void mp_locks_forget(void);          /* fork child only: this thread holds nothing (debug) */
+unsigned mp_locks_held(void);        /* debug builds: locks this thread holds; else 0 */
 
 /* ---- osmem.c: profiler memory, straight from the OS, counted against the budget ---- */
 void mp_os_set_budget(size_t max_bytes); /* 0: unlimited */
@@ -78,6 +84,7 @@ typedef struct mp_options_s {
   bool memory_events;     /* MIMALLOC_MEMORY_EVENTS */
   bool verbose;           /* MIMALLOC_PROF_VERBOSE */
   size_t arena_bytes;     /* MIMALLOC_PROF_ARENA_SIZE: virtual reserve for sampled blocks */
+#define MP_ARENA_MIN ((size_t)64 << 20) /* below, mimalloc may not carve one arena page */
 } mp_options_t;
 
 extern mp_options_t mp_env;
@@ -115,18 +122,26 @@ void mp_out_flush(mp_out_t* out);
 /* ---- sampler.c: per-thread state, sampling decision, exact counters ---- */
 typedef struct mp_thread_s {
   /* Bytes of allocation left before the next sample. The interposer subtracts each request
-   * and calls the slow path on borrow. While stopped it is a check period, so a start made
-   * on another thread is noticed within MP_CHECK_PERIOD bytes. */
+   * and calls the slow path on borrow. Other threads store 0 here to send this one to its
+   * slow path (mp_threads_resync); nothing else touches another thread's state. */
   uint64_t countdown;
   uint64_t rng;
   uint32_t generation;  /* profiler generation this thread's stream belongs to */
+  uint32_t epoch;       /* the mp_state.epoch its countdown was drawn under */
   uint32_t ordinal;     /* creation ordinal: 0 main thread, then in pthread_create order */
   bool has_ordinal;
   bool in_profiler;     /* reentrancy guard */
-  bool exiting;         /* start routine returned: no more samples on this thread */
-  void* heap;           /* mimalloc 2.x: this thread's heap in the sample arena */
+  bool exiting;         /* its key destructor ran: no more samples on this thread */
+  bool registered;      /* on the registry (thread.c) */
+  struct mp_thread_s* next; /* the registry's links, under its lock */
+  struct mp_thread_s* prev;
+  void* heap;           /* this thread's heap in the sample arena, made on first use */
   uintptr_t stack_lo, stack_hi; /* 0, 0: not known yet */
 } mp_thread_t;
+
+/* Draws are capped here so that subtracting a request cannot wrap; a countdown above it
+ * has borrowed. */
+#define MP_COUNTDOWN_MAX ((uint64_t)1 << 62)
 
 extern __thread mp_thread_t mp_tls __attribute__((tls_model("initial-exec")));
 
@@ -145,19 +160,22 @@ extern uintptr_t mp_filter_size;
 
 /* Slow paths, entered after the countdown borrowed or the filter matched. `ra` is the
  * return address of the interposed entry point (the caller's pc); entry points do not
- * touch rbp, so the slow path's saved frame pointer is the caller's. */
+ * touch rbp and reach these only by tail jumps, so the slow path's saved frame pointer is
+ * the caller's (test/native/entry.test.ts checks the jumps in the built library). */
 void* mp_alloc_slow(size_t size, size_t align, unsigned flags, void* ra);
 void mp_free_slow(void* p);
+int mp_posix_memalign_slow(void** out, size_t align, size_t size, void* ra); /* errno kept */
 void* mp_realloc_slow(void* p, size_t size, void* ra);
 size_t mp_usable_size(const void* p);
 
-void mp_sampler_restart(void);   /* new generation; this thread re-draws now */
+/* A new epoch (start, exact counters switched): every thread, this one included, goes to
+ * its slow path at its next allocation and draws again there. Under the lifecycle lock. */
+void mp_sampler_resync_all(void);
 /* Recomputes the free-side filter and the entry table: call with profiling true before
  * marking the profiler running, and with false after marking it stopped. */
 void mp_filter_update(bool profiling);
 void mp_thread_set_ordinal(uint32_t ordinal);
 uint32_t mp_next_ordinal(void);
-void mp_thread_exiting(void);
 uint64_t mp_dropped_samples(void);
 void mp_count_dropped(void);
 void mp_reset_dropped(void);
@@ -178,7 +196,6 @@ void mp_arena_range(uintptr_t* lo, uintptr_t* size);
  * unsupported, thread exiting). */
 void* mp_arena_alloc(size_t size, size_t align, bool zero);
 void mp_arena_thread_exit(void);
-const char* mp_mimalloc_kind(void);
 
 /* ---- interpose.c ---- */
 /* Points the hot entry points at the watching versions (profiling or exact counters on) or
@@ -188,8 +205,14 @@ void mp_interpose_init(void); /* registers the mimalloc error handler that sets 
 /* operator new's failure path: new-handler loop, then std::bad_alloc (or NULL if nothrow). */
 void* mp_new_fail(size_t size, size_t align, bool nothrow);
 
-/* ---- thread.c: pthread_create wrapper (creation ordinals, exit before destructors) ---- */
+/* ---- thread.c: thread exit, the registry of sampling threads, creation ordinals ---- */
 void mp_thread_init(void);
+void mp_thread_register(void);          /* the calling thread, once; in_profiler set */
+void mp_threads_resync(uint32_t epoch); /* every registered thread to its slow path */
+void mp_threads_lock(void);             /* fork */
+void mp_threads_unlock(void);
+void mp_threads_child_reinit(void);
+void* mp_thread_start(void* start);     /* the wrapped threads' root frame */
 
 /* ---- stack.c ---- */
 void mp_stack_init(void);          /* warm up the unwinder, learn our own text range */
@@ -206,6 +229,9 @@ typedef struct mp_bucket_s {
   uint32_t depth;
   int32_t tid;              /* the allocating thread (kernel id) */
   char thread[16];          /* its name when the bucket was made (NUL-padded) */
+#if MP_DEBUG_ON
+  uint64_t refs;            /* mp_table_check's count of records */
+#endif
   uintptr_t frames[];       /* return addresses, leaf first */
 } mp_bucket_t;
 
@@ -220,6 +246,7 @@ void mp_table_reset_accum(void);
 void mp_table_lock_all(void);     /* fork */
 void mp_table_unlock_all(void);
 void mp_table_child_reinit(void);
+void mp_table_check(void);        /* debug builds: asserts the record <-> bucket invariant */
 
 typedef struct mp_table_totals_s {
   uint64_t live_samples, live_sampled_bytes, accum_samples, buckets;
@@ -263,10 +290,11 @@ void mp_write_proto(mp_out_t* out, const mp_snapshot_t* snap);
 /* ---- dump.c ---- */
 bool mp_dump(const char* path, mp_format_t format);
 
-/* ---- api.c ---- */
+/* ---- api.c: the public API ---- */
 typedef struct mp_state_s {
   atomic_bool running;
-  atomic_uint generation;
+  atomic_uint generation; /* bumped by every start: records of an older one are gone */
+  atomic_uint epoch;      /* bumped by every start and exact-counter switch: threads re-draw */
   size_t interval;
   bool accum;
   unsigned bt_max;
@@ -276,6 +304,30 @@ typedef struct mp_state_s {
   mp_format_t dump_format;
 } mp_state_t;
 extern mp_state_t mp_state;
+/* Fills every field of a stats struct (size and version set); takes the table locks. */
+void mp_stats_fill(mi_prof_stats_t* s);
+
+typedef struct params_s {
+  size_t interval;
+  bool seeded;
+  uint64_t seed;
+  bool accum;
+  unsigned bt_max;
+  size_t max_bytes;
+  char dump_at_exit[MI_PROF_DUMP_PATH_MAX];
+  mp_format_t dump_format;
+} params_t;
+void mp_params_from_env(params_t* p);
+bool mp_start_with(const params_t* p);
+extern mp_lock_t mp_api_lock;  /* the lifecycle lock: start, stop, reset, exact counters */
+extern bool mp_interposing;    /* malloc resolves to this library (false when dlopen'ed) */
+
+/* ---- process.c: fork handlers, the dump on a terminating signal under `run` ---- */
+void mp_fork_install(void);
+void mp_signals_install(void);
+
+/* ---- lifecycle.c: load and exit ---- */
+const char* mp_run_dir(void); /* MIMALLOC_PPROF_RUN_DIR, or NULL */
 /* Held around the profiler's own calls that take the loader's lock while other threads run
  * (the proto writer's dl_iterate_phdr), and taken first by fork's prepare handler: glibc does
  * not reset the loader's lock in a child, so a fork during a dump would leave the child unable

@@ -187,10 +187,14 @@ static inline void* aligned_impl(size_t align, size_t n, void* ra) {
   return mp_alloc_slow(n, align, 0, ra);
 }
 
+/* Reports through its result and leaves errno alone. The slow path does both itself, so the
+ * hop to it stays a tail jump (a plain call would leave rbp to the compiler). */
 EXPORT int posix_memalign(void** out, size_t align, size_t n) {
   if (!is_pow2(align) || align % sizeof(void*) != 0) return EINVAL;
+  if ((ptrdiff_t)n < 0) return ENOMEM; /* mimalloc's aligned path fails it silently */
+  if (!take(n)) return mp_posix_memalign_slow(out, align, n, RA);
   int saved = errno;
-  void* p = aligned_impl(align, n, RA);
+  void* p = mi_malloc_aligned_at(n, align, 0);
   errno = saved;
   if (p == NULL) return ENOMEM;
   *out = p;

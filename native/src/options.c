@@ -163,6 +163,7 @@ void mp_options_init(void) {
     if (ok && table[i].kind == K_SIZE && (table[i].value == &o->interval || table[i].value == &rate) &&
         scratch.z == 0)
       ok = false;
+    if (ok && table[i].value == &o->arena_bytes && scratch.z < MP_ARENA_MIN) ok = false;
     if (!ok) {
       warn_invalid(table[i].name, s);
       continue;

@@ -2,7 +2,9 @@
  * format, hand-encoded) of one snapshot, streamed through mp_out_bytes.
  *
  * Rules:
- *  - no malloc, ever: scratch memory comes from mp_os_alloc and is released before return;
+ *  - no malloc, ever: scratch memory comes from mp_os_alloc_transient (a dump's buffers are
+ *    exempt from the budget, so a profile stays writable once the budget is full) and is
+ *    released before return;
  *    on failure out->err = ENOMEM and nothing more is written;
  *  - reentrant: threads may dump at once, so all scratch is per call (no static buffers);
  *  - called with no profiler lock held: dl_iterate_phdr takes the loader lock, and its
@@ -289,7 +291,7 @@ void mp_write_proto(mp_out_t* out, const mp_snapshot_t* snap) {
   m.segcap = m.nsegs + 32;
   m.pool_cap = m.pool_len + PATH_MAX + 16 * (PATH_MAX + 2 * MP_BUILD_ID_MAX);
   size_t maps_bytes = m.objcap * sizeof(mp_obj_t) + m.segcap * (sizeof(mp_seg_t) + 4) + m.pool_cap;
-  char* maps_mem = (char*)mp_os_alloc(maps_bytes);
+  char* maps_mem = (char*)mp_os_alloc_transient(maps_bytes);
   if (maps_mem == NULL) { out->err = ENOMEM; return; }
   m.objs = (mp_obj_t*)(void*)maps_mem;
   m.segs = (mp_seg_t*)(void*)(maps_mem + m.objcap * sizeof(mp_obj_t));
@@ -324,7 +326,7 @@ void mp_write_proto(mp_out_t* out, const mp_snapshot_t* snap) {
   /* the thread names are this dump's own: dumps may run at once on several threads */
   size_t names_bytes = (size_t)MP_THREAD_NAMES_MAX * 16;
   size_t loc_bytes = names_bytes + cap * sizeof(mp_loc_slot_t) + (nused + 1) * sizeof(uintptr_t) + maxdepth * 10 + 16;
-  char* loc_mem = (char*)mp_os_alloc(loc_bytes);
+  char* loc_mem = (char*)mp_os_alloc_transient(loc_bytes);
   if (loc_mem == NULL) { mp_os_free(maps_mem, maps_bytes); out->err = ENOMEM; return; }
   char (*thread_names)[16] = (char (*)[16])(void*)loc_mem;
   mp_loc_slot_t* slots = (mp_loc_slot_t*)(void*)(loc_mem + names_bytes);

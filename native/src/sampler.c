@@ -8,8 +8,15 @@
  *
  * The fast path (interpose.c) keeps `countdown` = floor(distance to the next sample) and
  * subtracts each request; it borrows exactly when s > distance, i.e. when the allocation
- * is sampled, or when the countdown is a check period (stopped) or pinned to 0 (exact
- * counters on, every call comes here and the real distance lives in `left`).
+ * is sampled, or when the countdown was pinned to 0: exact counters on (every call comes
+ * here and the real distance lives in `left`), or a new epoch (a start, or exact counters
+ * switched) that another thread announced with mp_threads_resync. A distance drawn under
+ * an older epoch is drawn again: by memorylessness the distance from any point on is
+ * exponential with mean R, so a re-draw keeps the process unbiased (and it must, since the
+ * old one may have been drawn with another R).
+ *
+ * R <= 1 means "record everything": the draw is 0, every request of s >= 1 bytes is
+ * sampled with p = 1, and its weight is 1 (as pprof reads heap_v2/1).
  *
  * Streams: unseeded, each thread seeds from the clock and its own address; seeded, from
  * (seed, creation ordinal), so a single-threaded run repeats exactly. */
@@ -51,9 +58,10 @@ static uint64_t splitmix64(uint64_t* state) {
 
 /* floor of an exponential draw with mean R, capped so that subtraction cannot wrap. */
 static uint64_t draw(mp_thread_t* t) {
+  if (mp_state.interval <= 1) return 0;
   double u = (double)(splitmix64(&t->rng) >> 11) * 0x1.0p-53; /* [0, 1) */
   double x = -log1p(-u) * (double)mp_state.interval;
-  if (!(x < 0x1.0p62)) return (uint64_t)1 << 62;
+  if (!(x < 0x1.0p62)) return MP_COUNTDOWN_MAX;
   return (uint64_t)x;
 }
 
@@ -80,16 +88,31 @@ static void rearm(mp_thread_t* t, uint32_t generation) {
   (void)splitmix64(&t->rng);
 }
 
+/* Stores this thread's countdown, drawn under `epoch`. A resync that bumped the epoch
+ * meanwhile may have stored its 0 before this store: seen after a full fence (the resync's
+ * epoch bump is one too), the 0 is put back. */
+static void set_countdown(mp_thread_t* t, uint64_t value, uint32_t epoch) {
+  t->epoch = epoch;
+  t->countdown = value;
+  atomic_thread_fence(memory_order_seq_cst);
+  if (mp_unlikely(atomic_load_explicit(&mp_state.epoch, memory_order_relaxed) != epoch)) t->countdown = 0;
+}
+
 /* `left` is the distance to the next sample before this allocation. Returns whether the
  * allocation is sampled and stores the distance after it. */
 static bool decide(mp_thread_t* t, uint64_t left, size_t size) {
+  mp_assert(t->in_profiler);
   bool sampled = false;
+  if (mp_unlikely(!t->registered)) mp_thread_register();
+  uint32_t epoch = atomic_load_explicit(&mp_state.epoch, memory_order_acquire);
   if (!atomic_load_explicit(&mp_state.running, memory_order_acquire)) {
     left = MP_CHECK_PERIOD;
   } else {
     uint32_t generation = atomic_load_explicit(&mp_state.generation, memory_order_relaxed);
     if (t->generation != generation) {
       rearm(t, generation);
+      left = draw(t);
+    } else if (t->epoch != epoch) {
       left = draw(t);
     }
     if (size > left) {
@@ -102,16 +125,15 @@ static bool decide(mp_thread_t* t, uint64_t left, size_t size) {
   bool forced = atomic_load_explicit(&mp_events_on, memory_order_relaxed);
   tls_forced = forced;
   tls_left = left;
-  t->countdown = forced ? 0 : left;
+  set_countdown(t, forced ? 0 : left, epoch);
   return sampled;
 }
 
-void mp_sampler_restart(void) {
-  mp_thread_t* t = &mp_tls;
-  rearm(t, atomic_load(&mp_state.generation));
-  uint64_t left = draw(t);
-  tls_left = left;
-  t->countdown = tls_forced ? 0 : left;
+void mp_sampler_resync_all(void) {
+  mp_assert(mp_tls.in_profiler);
+  uint32_t epoch = atomic_fetch_add(&mp_state.epoch, 1) + 1;
+  mp_threads_resync(epoch);
+  mp_tls.countdown = 0; /* this thread too, registered or not */
 }
 
 /* ---- free-side filter ----------------------------------------------------------------- */
@@ -212,6 +234,17 @@ mp_noinline void* mp_alloc_slow(size_t size, size_t align, unsigned flags, void*
   return alloc_common(t, left_before(t, size), size, size, align, flags, ra, fp);
 }
 
+mp_noinline int mp_posix_memalign_slow(void** out, size_t align, size_t size, void* ra) {
+  mp_thread_t* t = &mp_tls;
+  void* fp = ((void**)__builtin_frame_address(0))[0];
+  int saved = errno;
+  void* p = alloc_common(t, left_before(t, size), size, size, align, 0, ra, fp);
+  errno = saved;
+  if (p == NULL) return ENOMEM;
+  *out = p;
+  return 0;
+}
+
 mp_noinline void mp_free_slow(void* p) {
   mp_thread_t* t = &mp_tls;
   if (p == NULL) return;
@@ -266,4 +299,3 @@ mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
 
 size_t mp_usable_size(const void* p) { return p == NULL ? 0 : mi_usable_size(p); }
 
-void mp_thread_exiting(void) { mp_arena_thread_exit(); }

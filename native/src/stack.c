@@ -116,14 +116,31 @@ static unsigned unwind_tables(uintptr_t* frames, unsigned max) {
   return n;
 }
 
+/* A chain is complete when it reached libc's start routines: its last frame is in libc, or
+ * the one before it (the main thread's walk may step once more, into the executable's
+ * _start, whose frame pointer is the 0 it set itself). */
+static bool reached_start(const uintptr_t* frames, unsigned n) {
+  return within(&libc_text, frames[n - 1]) || (n >= 2 && within(&libc_text, frames[n - 2]));
+}
+
+/* The library's own frames (the thread start wrapper at the root of every thread made by
+ * pthread_create) are not the program's: left out, so no profile charges it. */
+static unsigned drop_own_frames(uintptr_t* frames, unsigned n) {
+  unsigned k = 0;
+  for (unsigned i = 0; i < n; i++)
+    if (i == 0 || !within(&self_text, frames[i])) frames[k++] = frames[i];
+  return k;
+}
+
 unsigned mp_stack_capture(uintptr_t* frames, unsigned max, void* ra, void* fp) {
   mp_thread_t* t = &mp_tls;
+  mp_assert(t->in_profiler && mp_locks_held() == 0);
   if (max == 0) return 0;
   if (t->stack_lo == 0 && t->stack_hi == 0) learn_bounds(t);
   frames[0] = (uintptr_t)ra;
   bool broken;
   unsigned n = fp_walk(frames, 1, max, (uintptr_t)fp, &broken);
-  if (n < max && (broken || !within(&libc_text, frames[n - 1]))) {
+  if (n < max && (broken || !reached_start(frames, n))) {
     uintptr_t other[MI_PROF_MAX_BT];
     unsigned m = unwind_tables(other, max);
     if (m > n && other[0] == (uintptr_t)ra) {
@@ -131,5 +148,5 @@ unsigned mp_stack_capture(uintptr_t* frames, unsigned max, void* ra, void* fp) {
       n = m;
     }
   }
-  return n;
+  return drop_own_frames(frames, n);
 }

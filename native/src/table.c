@@ -47,8 +47,13 @@ typedef struct record_shard_s {
   char pad[64];
 } record_shard_t;
 
-static bucket_shard_t bshards[SHARDS];
-static record_shard_t rshards[SHARDS];
+static bucket_shard_t bshards[SHARDS] = {[0 ... SHARDS - 1] = {.lock = MP_LOCK_INIT(MP_LEVEL_BUCKETS)}};
+static record_shard_t rshards[SHARDS] = {[0 ... SHARDS - 1] = {.lock = MP_LOCK_INIT(MP_LEVEL_RECORDS)}};
+
+/* A bucket's shard takes the top bits of its hash and its chain slot the low bits, so that
+ * within a shard every slot of the index is used (the same low bits for both would leave
+ * 1/SHARDS of the slots in use and chains SHARDS times longer). */
+static inline unsigned bucket_shard_of(uint64_t h) { return (unsigned)(h >> 60) % SHARDS; }
 
 double mp_weight(double size, double interval) {
   if (interval <= 1.0 || size <= 0.0) return 1.0;
@@ -179,8 +184,9 @@ static void record_delete(record_shard_t* s, size_t j) {
 
 /* A record of b is gone (or an add failed): b may retire, and is not touched after that. */
 static void bucket_release_live(mp_bucket_t* b) {
-  bucket_shard_t* bs = &bshards[b->hash % SHARDS];
+  bucket_shard_t* bs = &bshards[bucket_shard_of(b->hash)];
   mp_lock(&bs->lock);
+  mp_assert(b->live > 0); /* a record or an add under way holds it */
   if (b->live > 0 && --b->live == 0 && !bucket_shows(b)) {
     mp_bucket_t** link = &bs->index[b->hash & (bs->index_cap - 1)]; /* a live bucket is linked */
     while (*link != b) link = &(*link)->next;
@@ -193,7 +199,7 @@ static void bucket_release_live(mp_bucket_t* b) {
 bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned depth, int32_t tid,
                   const char thread[16]) {
   uint64_t h = hash_stack(size, frames, depth, tid);
-  bucket_shard_t* bs = &bshards[h % SHARDS];
+  bucket_shard_t* bs = &bshards[bucket_shard_of(h)];
   mp_lock(&bs->lock);
   unsigned generation = atomic_load(&mp_state.generation);
   if (!atomic_load_explicit(&mp_state.running, memory_order_acquire)) { /* raced with stop */
@@ -308,10 +314,58 @@ void mp_table_unlock_all(void) {
 
 void mp_table_child_reinit(void) {
   for (unsigned i = 0; i < SHARDS; i++) {
-    atomic_store(&bshards[i].lock.held, 0);
-    atomic_store(&rshards[i].lock.held, 0);
+    mp_lock_reset(&bshards[i].lock);
+    mp_lock_reset(&rshards[i].lock);
   }
 }
+
+#if MP_DEBUG_ON
+/* Debug builds: the record <-> bucket invariant, with every lock held. Each record points
+ * into the arena at a linked bucket, and a bucket's `live` is at least the number of
+ * records that point at it (the rest are adds under way, between their two sections). */
+static bool bucket_linked(const mp_bucket_t* b) {
+  const bucket_shard_t* bs = &bshards[bucket_shard_of(b->hash)];
+  for (const mp_bucket_t* c = bs->index[b->hash & (bs->index_cap - 1)]; c != NULL; c = c->next)
+    if (c == b) return true;
+  return false;
+}
+
+void mp_table_check(void) {
+  mp_table_lock_all();
+  uintptr_t lo, size;
+  mp_arena_range(&lo, &size);
+  for (unsigned i = 0; i < SHARDS; i++) {
+    bucket_shard_t* bs = &bshards[i];
+    size_t count = 0;
+    for (size_t k = 0; k < bs->index_cap; k++)
+      for (mp_bucket_t* b = bs->index[k]; b != NULL; b = b->next) {
+        mp_assert(bucket_shard_of(b->hash) == i && (b->hash & (bs->index_cap - 1)) == k);
+        b->refs = 0;
+        count++;
+      }
+    mp_assert(count == bs->count);
+  }
+  for (unsigned i = 0; i < SHARDS; i++) {
+    record_shard_t* rs = &rshards[i];
+    size_t count = 0;
+    for (size_t j = 0; j < rs->cap; j++) {
+      if (rs->slots[j].addr == 0) continue;
+      count++;
+      mp_assert(record_shard(rs->slots[j].addr) == rs);
+      mp_assert(rs->slots[j].addr - lo < size);
+      mp_assert(bucket_linked(rs->slots[j].bucket));
+      rs->slots[j].bucket->refs++;
+    }
+    mp_assert(count == rs->count && (rs->cap == 0 || 2 * count <= rs->cap));
+  }
+  for (unsigned i = 0; i < SHARDS; i++)
+    for (size_t k = 0; k < bshards[i].index_cap; k++)
+      for (mp_bucket_t* b = bshards[i].index[k]; b != NULL; b = b->next) mp_assert(b->refs <= b->live);
+  mp_table_unlock_all();
+}
+#else
+void mp_table_check(void) {}
+#endif
 
 void mp_table_totals(mp_table_totals_t* t, double interval) {
   memset(t, 0, sizeof(*t));

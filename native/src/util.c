@@ -2,6 +2,7 @@
  * warnings on stderr. Safe before main, inside malloc, and in a forked child. */
 #include <errno.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -10,8 +11,55 @@
 /* ---- spinlock ---------------------------------------------------------------------- */
 /* Critical sections are a few hash operations long, so spinning beats sleeping; yield
  * after a while in case the holder was descheduled. fork() is handled by the caller
- * taking every lock in the prepare handler (api.c). */
+ * taking every lock in the prepare handler (process.c). debug.h states the discipline that
+ * debug builds check here. */
+#if MP_DEBUG_ON
+#define MP_MAX_HELD 64
+static __thread struct {
+  unsigned depth;
+  const mp_lock_t* held[MP_MAX_HELD];
+} held_locks __attribute__((tls_model("initial-exec")));
+
+void mp_assert_fail(const char* cond, const char* file, int line) {
+  char num[24];
+  num[mp_fmt_u64(num, (uint64_t)line)] = 0;
+  char msg[512] = "assertion failed: ";
+  size_t n = mp_strlen(msg);
+  const char* parts[] = {cond, " (", file, ":", num, ")"};
+  for (size_t k = 0; k < sizeof(parts) / sizeof(*parts); k++)
+    for (size_t i = 0; parts[k][i] != 0 && n < sizeof(msg) - 1; i++) msg[n++] = parts[k][i];
+  msg[n] = 0;
+  mp_write_stderr(msg);
+  abort();
+}
+
+static void note_lock(const mp_lock_t* lock) {
+  mp_assert(lock->level != 0);
+  mp_assert(mp_tls.in_profiler);
+  if (held_locks.depth > 0) {
+    const mp_lock_t* top = held_locks.held[held_locks.depth - 1];
+    mp_assert(lock->level > top->level || (lock->level == top->level && lock > top));
+  }
+  mp_assert(held_locks.depth < MP_MAX_HELD);
+  held_locks.held[held_locks.depth++] = lock;
+}
+
+static void note_unlock(const mp_lock_t* lock) {
+  mp_assert(held_locks.depth > 0 && held_locks.held[held_locks.depth - 1] == lock);
+  held_locks.depth--;
+}
+
+void mp_locks_forget(void) { held_locks.depth = 0; }
+unsigned mp_locks_held(void) { return held_locks.depth; }
+#else
+static inline void note_lock(const mp_lock_t* lock) { (void)lock; }
+static inline void note_unlock(const mp_lock_t* lock) { (void)lock; }
+void mp_locks_forget(void) {}
+unsigned mp_locks_held(void) { return 0; }
+#endif
+
 void mp_lock(mp_lock_t* lock) {
+  note_lock(lock);
   for (unsigned spins = 0;; spins++) {
     if (!atomic_load_explicit(&lock->held, memory_order_relaxed) &&
         !atomic_exchange_explicit(&lock->held, 1, memory_order_acquire))
@@ -21,7 +69,13 @@ void mp_lock(mp_lock_t* lock) {
   }
 }
 
-void mp_unlock(mp_lock_t* lock) { atomic_store_explicit(&lock->held, 0, memory_order_release); }
+void mp_unlock(mp_lock_t* lock) {
+  note_unlock(lock);
+  atomic_store_explicit(&lock->held, 0, memory_order_release);
+}
+
+/* For the fork child, where only this thread exists: every lock is free again. */
+void mp_lock_reset(mp_lock_t* lock) { atomic_store_explicit(&lock->held, 0, memory_order_relaxed); }
 
 /* ---- formatting --------------------------------------------------------------------- */
 size_t mp_fmt_u64(char* buf, uint64_t v) {

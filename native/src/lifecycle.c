@@ -1,0 +1,128 @@
+/* The library's start-up and exit: options, the interposer and the profiler at load, the
+ * verbose line, the `run` marker, and the profile written at exit. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <mimalloc.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* ---- load and exit ----------------------------------------------------------------------------- */
+/* exit() may come from a signal handler that interrupted this thread inside the profiler
+ * (common, though not async-signal-safe), where it may hold a table lock and the tables
+ * may be half-updated: the dump is skipped, and said, rather than wait forever. */
+static void dump_at_exit(void) {
+  if (!atomic_load(&mp_state.running) || mp_state.dump_at_exit[0] == 0) return;
+  if (mp_tls.in_profiler) {
+    mp_write_stderr("exit() interrupted the profiler on this thread (from a signal handler?): no profile written at exit");
+    return;
+  }
+  if (!mp_dump(mp_state.dump_at_exit, mp_state.dump_format)) {
+    char path[MI_PROF_DUMP_PATH_MAX];
+    if (!mp_expand_path(mp_state.dump_at_exit, path, sizeof(path))) strcpy(path, mp_state.dump_at_exit);
+    mp_warnf2("cannot write the profile at exit to ", path, "");
+  }
+}
+
+static void say_verbose(void) {
+  char line[512];
+  size_t n = 0;
+#define ADD(s) do { const char* s_ = (s); while (*s_ && n < sizeof(line) - 32) line[n++] = *s_++; } while (0)
+#define ADDU(v) do { n += mp_fmt_u64(line + n, (uint64_t)(v)); } while (0)
+  int v = mi_version(); /* 209 is 2.0.9; 20401 is 2.4.1 */
+  bool wide = v >= 10000;
+  ADD("mimalloc ");
+  ADDU(wide ? v / 10000 : v / 100);
+  ADD(".");
+  ADDU(wide ? v / 100 % 100 : v / 10 % 10);
+  ADD(".");
+  ADDU(wide ? v % 100 : v % 10);
+  ADD(" (built against ");
+  ADDU(MI_MALLOC_VERSION);
+  ADD(", ");
+  ADD("); ");
+  ADD(mp_interposing ? "interposer active" : "interposer NOT active (loaded with dlopen?)");
+  ADD("; profiler ");
+  if (atomic_load(&mp_state.running)) {
+    ADD("running, interval ");
+    ADDU(mp_state.interval);
+    ADD(mp_state.seeded ? ", seeded" : ", unseeded");
+    if (mp_state.accum) ADD(", cumulative");
+    if (mp_state.dump_at_exit[0] != 0) {
+      ADD(", dump at exit to ");
+      ADD(mp_state.dump_at_exit);
+    }
+  } else {
+    ADD("stopped");
+  }
+  ADD("; exact counters ");
+  ADD(atomic_load(&mp_events_on) ? "on" : "off");
+  line[n] = 0;
+#undef ADD
+#undef ADDU
+  mp_write_stderr(line);
+}
+
+const char* mp_run_dir(void) {
+  extern char** environ;
+  static const char key[] = "MIMALLOC_PPROF_RUN_DIR=";
+  const char* dir = NULL;
+  for (char** e = environ; e != NULL && *e != NULL; e++)
+    if (strncmp(*e, key, sizeof(key) - 1) == 0) dir = *e + sizeof(key) - 1;
+  return dir != NULL && dir[0] != 0 ? dir : NULL;
+}
+
+/* Under `mimalloc-pprof run`, leave <dir>/loaded.<pid>: the proof that the preload took
+ * effect in this process, which ld.so would otherwise skip silently. */
+static void mark_loaded(void) {
+  const char* dir = mp_run_dir();
+  if (dir == NULL) return;
+  char path[MI_PROF_DUMP_PATH_MAX];
+  size_t n = mp_strlen(dir);
+  if (n + 40 >= sizeof(path)) return;
+  memcpy(path, dir, n);
+  memcpy(path + n, "/loaded.", 8);
+  n += 8;
+  n += mp_fmt_u64(path + n, (uint64_t)getpid());
+  path[n] = 0;
+  int saved = errno;
+  int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd >= 0) close(fd);
+  errno = saved;
+}
+
+__attribute__((constructor)) static void mp_load(void) {
+  mp_tls.in_profiler = true;
+  mp_options_init();
+  mp_thread_set_ordinal(0);
+  mp_thread_init();
+  mp_interpose_init();
+  mp_interposing = dlsym(RTLD_DEFAULT, "malloc") == (void*)&malloc;
+  int v = mi_version();
+  if (MP_MI_MAJOR(v) != MP_MI_MAJOR(MI_MALLOC_VERSION))
+    mp_write_stderr("warning: the mimalloc loaded is not the major version this library was built against");
+  if (mp_env.memory_events) {
+    atomic_store(&mp_events_on, true);
+    mp_filter_update(false);
+  }
+  mp_fork_install();
+  /* mimalloc initialises lazily on the first allocation and may leave errno set (its NUMA
+   * probe); do it here, so that a program's first malloc leaves errno alone. */
+  int saved = errno;
+  mi_free(mi_malloc(1));
+  errno = saved;
+  atexit(dump_at_exit);
+  mp_tls.in_profiler = false;
+  if (mp_env.prof) {
+    params_t p;
+    mp_params_from_env(&p);
+    if (!mp_start_with(&p)) mp_write_stderr("MIMALLOC_PROF=1 but the profiler could not start");
+  }
+  if (mp_env.verbose) say_verbose();
+  mark_loaded();
+  if (mp_run_dir() != NULL && atomic_load(&mp_state.running)) mp_signals_install();
+}
