@@ -1,15 +1,45 @@
 // Runs every compiled test file (dist/test/**/*.test.js) under node's test runner, one file
 // at a time (the native tests measure processes and should not compete for the 2 cores).
+// Then the suites that exercise the preload library (native, node, reliability, run) run
+// again against the second mimalloc major (Debian 13's 3.0.1, built by scripts/mimalloc3.mjs
+// into build/mi3; see test/mimalloc.ts). Both passes must pass.
+//   node scripts/run-tests.mjs [--pass system|mimalloc3] [node --test options]
 import { spawnSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+import { mi3Dir, mi3Library } from './mimalloc3.mjs';
+
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const files = readdirSync(join(root, 'dist', 'test'), { recursive: true })
+const SECOND_PASS = /^(native|node|reliability|run)\//;
+
+const args = process.argv.slice(2);
+let only = '';
+const i = args.indexOf('--pass');
+if (i >= 0) only = args.splice(i, 2)[1] ?? '';
+
+const all = readdirSync(join(root, 'dist', 'test'), { recursive: true })
   .map(String)
   .filter((f) => f.endsWith('.test.js'))
-  .sort()
-  .map((f) => join(root, 'dist', 'test', f));
-const r = spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...process.argv.slice(2), ...files], { stdio: 'inherit' });
-process.exit(r.status ?? 1);
+  .sort();
+
+function pass(name, files, env) {
+  console.log(`# ---- ${name}: ${files.length} test files ----`);
+  const r = spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...args, ...files.map((f) => join(root, 'dist', 'test', f))], {
+    stdio: 'inherit',
+    env: { ...process.env, ...env },
+  });
+  return r.status ?? 1;
+}
+
+let status = 0;
+if (only === '' || only === 'system') status = pass('system mimalloc', all, {});
+if (only === '' || only === 'mimalloc3') {
+  const second = pass('mimalloc 3 (Debian 13)', all.filter((f) => SECOND_PASS.test(f)), {
+    MIMALLOC_PPROF_LIB: mi3Library,
+    MIMALLOC_PPROF_TEST_PREFIX: join(mi3Dir, 'prefix'),
+  });
+  status = status || second;
+}
+process.exit(status);

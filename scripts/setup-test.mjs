@@ -39,3 +39,7 @@ if (missing.length > 0) {
     process.exit(1);
   }
 }
+
+// The second mimalloc major the native suites also run against (scripts/mimalloc3.mjs).
+const { ensureMimalloc3 } = await import('./mimalloc3.mjs');
+ensureMimalloc3();

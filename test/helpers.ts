@@ -6,10 +6,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 import { libraryPath, packageRoot } from '../src/native/library.js';
+import { libDir, testBuildRoot } from './mimalloc.js';
 
 export const root = packageRoot;
 export const fixturesDir = join(root, 'test', 'native', 'fixtures');
-export const buildDir = join(root, 'build', 'test');
+export const buildDir = join(testBuildRoot, 'test');
 
 export function tempDir(prefix = 'mpp-test-'): string {
   return mkdtempSync(join(tmpdir(), prefix));
@@ -41,8 +42,8 @@ export function fixture(name: string, opts: { flags?: string[]; libs?: string[];
     out,
     // fixtures that call the public API link the library (as-needed: the others do not)
     '-Wl,--as-needed',
-    `-L${join(root, 'build')}`,
-    `-Wl,-rpath,${join(root, 'build')}`,
+    `-L${libDir}`,
+    `-Wl,-rpath,${libDir}`,
     '-lmimalloc-pprof',
     ...(opts.libs ?? []),
     '-lm',

@@ -68,18 +68,6 @@ bool mi_prof_stats_get(mi_prof_stats_t* stats) {
 }
 
 /* ---- start / stop --------------------------------------------------------------------------- */
-void mp_params_from_env(params_t* p) {
-  memset(p, 0, sizeof(*p));
-  p->interval = mp_env.interval;
-  p->seeded = mp_env.seed_set;
-  p->seed = mp_env.seed;
-  p->accum = mp_env.accum;
-  p->bt_max = mp_env.bt_max;
-  p->max_bytes = mp_env.max_bytes;
-  strcpy(p->dump_at_exit, mp_env.dump_at_exit);
-  p->dump_format = mp_env.dump_format;
-}
-
 bool mp_start_with(const params_t* p) {
   bool guard = mp_tls.in_profiler;
   mp_tls.in_profiler = true;

@@ -61,8 +61,24 @@ void mp_arena_range(uintptr_t* lo, uintptr_t* size) {
   *size = ready ? arena_size : 0;
 }
 
+#ifdef MP_TEST_HOOKS
+/* The mimalloc gate's control: one heap shared by every thread, as this library once had. */
+static mi_heap_t* shared_heap(void) {
+  static _Atomic(mi_heap_t*) shared;
+  mi_heap_t* h = atomic_load(&shared);
+  if (h == NULL) {
+    mi_heap_t* made = mi_heap_new_in_arena(arena_id);
+    if (atomic_compare_exchange_strong(&shared, &h, made)) h = made;
+  }
+  return h;
+}
+#endif
+
 static mi_heap_t* thread_heap(void) {
   mp_thread_t* t = &mp_tls;
+#ifdef MP_TEST_HOOKS
+  if (mp_test_hook("MP_TEST_SHARED_HEAP")) return shared_heap();
+#endif
   if (t->exiting) return NULL;
   /* Only a registered thread learns of its end (thread.c): no heap without it. */
   if (!t->registered) mp_thread_register();

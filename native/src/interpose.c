@@ -153,6 +153,8 @@ void mp_entry_update(bool watching) {
 
 /* ---- C ------------------------------------------------------------------------------------ */
 EXPORT void* malloc(size_t n) { return entry.malloc(n); }
+/* This library's own malloc, whatever the process's symbol scope makes of the name. */
+void* mp_own_malloc(size_t n) __attribute__((alias("malloc")));
 
 EXPORT void free(void* p) { entry.free(p); }
 

@@ -11,13 +11,31 @@
 
 #include "internal.h"
 
+/* The parameters of a start from the environment. (Defined here, where the constructor
+ * reads them, so that a static link that takes the API takes the constructor too.) */
+void mp_params_from_env(params_t* p) {
+  memset(p, 0, sizeof(*p));
+  p->interval = mp_env.interval;
+  p->seeded = mp_env.seed_set;
+  p->seed = mp_env.seed;
+  p->accum = mp_env.accum;
+  p->bt_max = mp_env.bt_max;
+  p->max_bytes = mp_env.max_bytes;
+  strcpy(p->dump_at_exit, mp_env.dump_at_exit);
+  p->dump_format = mp_env.dump_format;
+}
+
 /* ---- load and exit ----------------------------------------------------------------------------- */
 /* exit() may come from a signal handler that interrupted this thread inside the profiler
  * (common, though not async-signal-safe), where it may hold a table lock and the tables
  * may be half-updated: the dump is skipped, and said, rather than wait forever. */
 static void dump_at_exit(void) {
   if (!atomic_load(&mp_state.running) || mp_state.dump_at_exit[0] == 0) return;
-  if (mp_tls.in_profiler) {
+  bool guard = mp_tls.in_profiler;
+#ifdef MP_TEST_HOOKS
+  if (mp_test_hook("MP_TEST_SKIP_REENTRY_GUARD")) guard = false; /* the signal tests' control */
+#endif
+  if (guard) {
     mp_write_stderr("exit() interrupted the profiler on this thread (from a signal handler?): no profile written at exit");
     return;
   }
@@ -33,17 +51,13 @@ static void say_verbose(void) {
   size_t n = 0;
 #define ADD(s) do { const char* s_ = (s); while (*s_ && n < sizeof(line) - 32) line[n++] = *s_++; } while (0)
 #define ADDU(v) do { n += mp_fmt_u64(line + n, (uint64_t)(v)); } while (0)
-  int v = mi_version(); /* 209 is 2.0.9; 20401 is 2.4.1 */
-  bool wide = v >= 10000;
+#define ADDV(v) do { int v_ = (v); bool wide_ = v_ >= 10000; /* 209 is 2.0.9; 20401 is 2.4.1 */ \
+    ADDU(wide_ ? v_ / 10000 : v_ / 100); ADD("."); ADDU(wide_ ? v_ / 100 % 100 : v_ / 10 % 10); ADD("."); \
+    ADDU(wide_ ? v_ % 100 : v_ % 10); } while (0)
   ADD("mimalloc ");
-  ADDU(wide ? v / 10000 : v / 100);
-  ADD(".");
-  ADDU(wide ? v / 100 % 100 : v / 10 % 10);
-  ADD(".");
-  ADDU(wide ? v % 100 : v % 10);
+  ADDV(mi_version());
   ADD(" (built against ");
-  ADDU(MI_MALLOC_VERSION);
-  ADD(", ");
+  ADDV(MI_MALLOC_VERSION);
   ADD("); ");
   ADD(mp_interposing ? "interposer active" : "interposer NOT active (loaded with dlopen?)");
   ADD("; profiler ");
@@ -64,6 +78,7 @@ static void say_verbose(void) {
   line[n] = 0;
 #undef ADD
 #undef ADDU
+#undef ADDV
   mp_write_stderr(line);
 }
 
@@ -101,7 +116,9 @@ __attribute__((constructor)) static void mp_load(void) {
   mp_thread_set_ordinal(0);
   mp_thread_init();
   mp_interpose_init();
-  mp_interposing = dlsym(RTLD_DEFAULT, "malloc") == (void*)&malloc;
+#ifndef MP_SANITIZE /* sanitizer test builds rename malloc on purpose (native/Makefile) */
+  mp_interposing = dlsym(RTLD_DEFAULT, "malloc") == (void*)&mp_own_malloc;
+#endif
   int v = mi_version();
   if (MP_MI_MAJOR(v) != MP_MI_MAJOR(MI_MALLOC_VERSION))
     mp_write_stderr("warning: the mimalloc loaded is not the major version this library was built against");

@@ -22,15 +22,17 @@
 // with the test-hooks library (--lib build/test-hooks) makes the profiler release nothing
 // (the profiler-memory check's control).
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const baselineFile = join(root, 'test', 'reliability', 'memory-baseline.json');
+// One baseline per mimalloc under test: the system's, or the second pass's (test/mimalloc.ts).
+const secondMimalloc = (process.env.MIMALLOC_PPROF_TEST_PREFIX ?? '') !== '';
+const baselineFile = join(root, 'test', 'reliability', secondMimalloc ? 'memory-baseline-mimalloc3.json' : 'memory-baseline.json');
 const source = join(root, 'test', 'reliability', 'fixtures', 'workload.c');
-const productionDir = join(root, 'build');
+const productionDir = process.env.MIMALLOC_PPROF_LIB ? dirname(resolve(process.env.MIMALLOC_PPROF_LIB)) : join(root, 'build');
 const METRICS = ['peak_rss', 'profiler_peak'];
 const FLOOR = 0.15;
 const FACTOR = 1.5;
@@ -68,7 +70,7 @@ if (readFileSync(library).includes(Buffer.from('MP_TEST_'))) injected.push(`${li
 if (opts.update && injected.length > 0) die(`refusing to write a baseline from an injected run (${injected.join('; ')})`);
 
 // ---- the workload, built against the library it runs under ----
-const outDir = join(root, 'build', 'test', 'reliability');
+const outDir = join(productionDir, 'test', 'reliability');
 const bin = join(outDir, opts.lib === productionDir ? 'workload' : `workload-${opts.lib.split('/').pop()}`);
 mkdirSync(outDir, { recursive: true });
 if (!existsSync(bin) || statSync(bin).mtimeMs < Math.max(statSync(source).mtimeMs, statSync(library).mtimeMs)) {
@@ -110,7 +112,9 @@ if (opts.update) {
     const xs = runs.map((r) => r[m]);
     metrics[m] = { min: Math.min(...xs), max: Math.max(...xs), spread: Number(spreadOf(xs).toFixed(4)), runs: xs };
   }
-  const mi = spawnSync('sh', ['-c', "dpkg-query -W -f='${Version}' libmimalloc2.0 2>/dev/null || true"], { encoding: 'utf8' }).stdout.trim();
+  const mi = secondMimalloc
+    ? (readdirSync(join(root, 'build', 'mimalloc3', 'debs')).find((f) => f.startsWith('libmimalloc3_'))?.split('_')[1] ?? '3.x')
+    : spawnSync('sh', ['-c', "dpkg-query -W -f='${Version}' libmimalloc2.0 2>/dev/null || true"], { encoding: 'utf8' }).stdout.trim();
   const baseline = {
     comment: 'written by node test/reliability/memory-gate.mjs --update; see docs/reliability.md',
     workload: 'test/reliability/fixtures/workload.c',

@@ -7,15 +7,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 import { root, type Run } from '../helpers.js';
+import { libDir, makeVars, mimallocLinkFlags, testBuildRoot } from '../mimalloc.js';
 
-export const productionDir = join(root, 'build');
-export const testHooksDir = join(root, 'build', 'test-hooks');
+export const productionDir = libDir;
+export const testHooksDir = join(testBuildRoot, 'test-hooks');
 export const fixturesDir = join(root, 'test', 'reliability', 'fixtures');
-const outDir = join(root, 'build', 'test', 'reliability');
+const outDir = join(testBuildRoot, 'test', 'reliability');
 
 /** `make -C native TARGET BUILD=dir VARS…`, quiet; throws with make's output on failure. */
 export function make(target: string, buildDir: string, vars: string[] = []): void {
-  const r = spawnSync('make', ['-s', '-j2', '-C', join(root, 'native'), target, `BUILD=${buildDir}`, ...vars], { encoding: 'utf8' });
+  const r = spawnSync('make', ['-s', '-j2', '-C', join(root, 'native'), target, `BUILD=${buildDir}`, ...makeVars, ...vars], { encoding: 'utf8' });
   if (r.status !== 0) throw new Error(`make ${target} failed:\n${r.stdout}${r.stderr}`);
 }
 
@@ -127,7 +128,7 @@ const SAN_FLAGS: Record<SanitizerKind, string[]> = {
 /** The library's sources built by clang with sanitizers (native/Makefile `sanitize`) into
  * build/<kind>/: the archive, and the map of the libc and C++ names renamed mp_san_*. */
 export function sanitizerBuild(kind: SanitizerKind): { dir: string; archive: string; syms: string } {
-  const dir = join(root, 'build', kind);
+  const dir = join(testBuildRoot, kind);
   make('sanitize', dir, [`SAN_FLAGS=${SAN_FLAGS[kind].join(' ')}`]);
   return { dir, archive: join(dir, 'libmimalloc-pprof-san.a'), syms: join(dir, 'interposed.syms') };
 }
@@ -167,7 +168,7 @@ export function sanitizedProgram(
     '-c', src, '-o', obj,
   ]);
   if (opts.rename !== false) run('objcopy', [`--redefine-syms=${build.syms}`, obj]);
-  run(compiler, [...sanitize, '-rdynamic', obj, build.archive, '-lmimalloc', '-ldl', '-lpthread', '-lm', '-o', out]);
+  run(compiler, [...sanitize, '-rdynamic', obj, build.archive, ...mimallocLinkFlags, '-lmimalloc', '-ldl', '-lpthread', '-lm', '-o', out]);
   return out;
 }
 

@@ -3,7 +3,7 @@
 // Run with and without the preload (test/node/api.test.ts). Started with
 // --import <dist>/src/node/auto.js and MIMALLOC_PPROF_DUMP_* set, so the environment
 // configuration is exercised too.
-import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -95,10 +95,12 @@ if (dumps) {
 // auto.js (--import) started dumps from MIMALLOC_PPROF_DUMP_*: wait for its periodic files
 const envDir = process.env.MIMALLOC_PPROF_DUMP_DIR;
 if (preloaded && envDir) {
+  // the directory appears with the first periodic dump (auto.js makes it then)
+  const list = () => (existsSync(envDir) ? readdirSync(envDir) : []);
   const end = Date.now() + 15000;
-  while ((!readdirSync(envDir).length || readdirSync(envDir).length < 1) && Date.now() < end) await sleep(100);
+  while (list().length < 1 && Date.now() < end) await sleep(100);
   await sleep(1500);
-  results.envDumps = readdirSync(envDir).filter((f) => /^heap\.\d+\.\d{8}T\d{6}\.\d{3}Z(-\d+)?\.pb\.gz$/.test(f)).length;
+  results.envDumps = list().filter((f) => /^heap\.\d+\.\d{8}T\d{6}\.\d{3}Z(-\d+)?\.pb\.gz$/.test(f)).length;
 }
 await call('badEnv', () => configureFromEnv({ MIMALLOC_PPROF_DUMP_DIR: dir, MIMALLOC_PPROF_DUMP_KEEP: 'many' }));
 const pusher = await call('pushTo', () => pushTo({ url: 'http://127.0.0.1:9', appName: 'api-test', intervalSeconds: 60, logger: () => undefined }));

@@ -1,0 +1,25 @@
+/** The mimalloc the native suites run against. `npm test` runs them twice (scripts/run-tests.mjs):
+ * against the system's libmimalloc (Debian 12: 2.0.9), then against Debian 13's 3.0.1 that
+ * scripts/mimalloc3.mjs unpacks under build/mimalloc3 and builds the library against in build/mi3.
+ * The second pass sets MIMALLOC_PPROF_LIB (the library every preloaded run uses) and
+ * MIMALLOC_PPROF_TEST_PREFIX (the prefix that test builds of the library link against). */
+import { dirname, join } from 'node:path';
+
+import { libraryPath, packageRoot } from '../src/native/library.js';
+
+const prefix = process.env.MIMALLOC_PPROF_TEST_PREFIX ?? '';
+
+/** The directory of the production library under test (build/, or build/mi3). */
+export const libDir = dirname(libraryPath());
+
+/** Extra `make -C native` variables for test builds (test hooks, sanitizers, debug). */
+export const makeVars: readonly string[] = prefix === '' ? [] : [`MIMALLOC_PREFIX=${prefix}`];
+
+/** Where test builds go: build/ for the system mimalloc, build/mi3 for the second pass. */
+export const testBuildRoot = prefix === '' ? join(packageRoot, 'build') : libDir;
+
+/** `-L`/rpath flags that link a program against the mimalloc under test. */
+export const mimallocLinkFlags: readonly string[] = prefix === '' ? [] : [`-L${join(prefix, 'lib')}`, `-Wl,-rpath,${join(prefix, 'lib')}`];
+
+/** For test names and diagnostics: which pass this is. */
+export const mimallocLabel = prefix === '' ? 'system mimalloc' : `mimalloc at ${prefix}`;

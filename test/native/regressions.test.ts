@@ -1,0 +1,286 @@
+/** Regression tests for the C core's confirmed defects (an outside review's reproducers,
+ * rewritten as fixtures): threads that end without the pthread_create wrapper, signals
+ * landing inside the profiler, restarts with another interval, exact counters switched on
+ * at run time, interval 1, dumps over the memory budget, posix_memalign's frame chain, the
+ * library's own frames, dlopen, and an arena size of 0. They run against both mimalloc
+ * majors (scripts/run-tests.mjs). Where a test checks a mechanism, its positive control
+ * switches that mechanism off in the test-hooks build (native/Makefile `test-hooks`) and
+ * shows that the same check then fails. */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+import { buildDir, fixture, parseHeapText, runPreloaded, tempDir, weight } from '../helpers.js';
+import { libDir, mimallocLabel } from '../mimalloc.js';
+import { buildTestHooks, KV, runUnder } from '../reliability/util.js';
+
+const LIB = join(libDir, 'libmimalloc-pprof.so');
+/** The fixtures' allocations must happen: gcc deletes malloc/free pairs and blocks it can
+ * see are never read. */
+const NO_BUILTIN = ['-fno-builtin-malloc', '-fno-builtin-free', '-fno-builtin-calloc', '-fno-builtin-realloc'];
+const build = (name: string, flags: string[] = [], variant = '') => fixture(name, { flags: [...NO_BUILTIN, ...flags], variant });
+
+test(`threads that end without the wrapper (C11 threads, main thread pthread_exit): late samples are dropped, never served from a deleted heap (${mimallocLabel})`, (t) => {
+  const bin = build('thread_exit');
+  const c11 = runPreloaded(bin, ['c11'], {}, 60_000);
+  t.diagnostic(`c11: status ${c11.status} signal ${c11.signal}: ${c11.stdout.trim().replace(/\n/g, ' ')}`);
+  assert.equal(c11.signal, null, c11.stderr);
+  assert.equal(c11.status, 0, c11.stderr);
+  // every late allocation (200 threads x 64 blocks of 1 MiB at R = 4 KiB, p = 1 - e^-256) is
+  // a sample on an exiting thread: each is dropped
+  assert.equal(new KV(c11.stdout).num('dropped'), 200 * 64);
+  const main = runPreloaded(bin, ['main'], {}, 60_000);
+  t.diagnostic(`main: status ${main.status} signal ${main.signal}: ${main.stdout.trim().replace(/\n/g, ' ')}`);
+  assert.equal(main.signal, null, main.stderr);
+  assert.equal(main.status, 0, main.stderr);
+  const kv = new KV(main.stdout);
+  assert.equal(kv.str('worker'), 'done');
+  assert.equal(kv.num('dropped'), 64);
+});
+
+test('positive control: with the thread-exit destructor skipped (MP_TEST_SKIP_THREAD_EXIT=1) late samples are not dropped', (t) => {
+  const hooks = buildTestHooks();
+  const bin = build('thread_exit');
+  const r = runUnder(hooks, bin, ['c11'], { MP_TEST_SKIP_THREAD_EXIT: '1' }, 60_000);
+  t.diagnostic(`status ${r.status} signal ${r.signal}: ${r.stdout.trim().replace(/\n/g, ' ')}`);
+  // either the deleted heap crashes the process, or the samples go to it (not dropped)
+  const dropped = r.status === 0 ? new KV(r.stdout).num('dropped') : -1;
+  assert.ok(r.signal !== null || r.status !== 0 || dropped !== 200 * 64, 'the check above would not have caught a skipped exit');
+});
+
+/** A restart at `interval`: the worker's countdown from the 1 TiB session must not survive. */
+function restartRun(lib: string, env: Record<string, string> = {}) {
+  const r = runUnder(lib, build('restart'), ['4096'], env, 60_000);
+  assert.equal(r.status, 0, r.stderr);
+  const kv = new KV(r.stdout);
+  const n = kv.num('true_objects');
+  const size = kv.num('size');
+  const interval = kv.num('interval');
+  const p = 1 / weight(size, interval);
+  // Each block is sampled independently with probability p and weighs 1/p: the estimate of
+  // the count has variance n (1 - p) / p. 5 sigma: a false alarm about once in 1.7 million.
+  const sigma = Math.sqrt((n * (1 - p)) / p);
+  return { n, est: kv.num('estimated_objects'), sigma };
+}
+
+test('a restart with another interval reaches every thread: the estimate after stop/start is unbiased', (t) => {
+  const { n, est, sigma } = restartRun(libDir);
+  t.diagnostic(`true ${n}, estimated ${est.toFixed(0)}, 5 sigma = ${(5 * sigma).toFixed(0)}`);
+  assert.ok(Math.abs(est - n) < 5 * sigma, `estimate ${est} vs ${n} (5 sigma ${5 * sigma})`);
+});
+
+test('positive control: without the resync (MP_TEST_SKIP_RESYNC=1) the same check fails', (t) => {
+  const { n, est, sigma } = restartRun(buildTestHooks(), { MP_TEST_SKIP_RESYNC: '1' });
+  t.diagnostic(`true ${n}, estimated ${est.toFixed(0)}`);
+  assert.ok(Math.abs(est - n) >= 5 * sigma);
+});
+
+function eventsRun(lib: string, env: Record<string, string> = {}) {
+  const r = runUnder(lib, build('events_runtime'), [], env, 30_000);
+  assert.equal(r.status, 0, r.stderr);
+  return new KV(r.stdout);
+}
+
+test('exact counters switched on at run time count every thread from then on', (t) => {
+  const kv = eventsRun(libDir);
+  t.diagnostic(kv.text.trim().replace(/\n/g, ' '));
+  // two threads, each: 1000 balanced pairs, then 100 live blocks
+  assert.equal(kv.num('exact_live_objects'), 200);
+  assert.equal(kv.num('exact_accum_objects'), 2200);
+  assert.equal(kv.num('exact_live_bytes'), 200 * kv.num('usable_64'));
+});
+
+test('positive control: without the resync (MP_TEST_SKIP_RESYNC=1) the counters are wrong', () => {
+  const kv = eventsRun(buildTestHooks(), { MP_TEST_SKIP_RESYNC: '1' });
+  assert.notEqual(kv.num('exact_accum_objects'), 2200);
+});
+
+test('interval 1 records every allocation with weight 1', (t) => {
+  const r = runPreloaded(build('interval_one'), [], {}, 60_000);
+  assert.equal(r.status, 0, r.stderr);
+  const kv = new KV(r.stdout);
+  t.diagnostic(kv.text.trim().replace(/\n/g, ' '));
+  assert.equal(kv.num('live_samples'), kv.num('true_objects'));
+  assert.equal(kv.num('estimated_objects'), kv.num('true_objects'));
+});
+
+test('a full profiler-memory budget still lets both formats be written, by hand and at exit', (t) => {
+  const dir = tempDir();
+  const env = { MIMALLOC_PROF_MAX_BYTES: '2m' };
+  const r = runPreloaded(build('proto_budget'), [join(dir, 'a.heap'), join(dir, 'a.pb')], env, 60_000);
+  assert.equal(r.status, 0, r.stderr);
+  const kv = new KV(r.stdout);
+  t.diagnostic(kv.text.trim().replace(/\n/g, ' '));
+  assert.ok(kv.num('dropped') > 0, 'the budget was reached');
+  assert.equal(kv.str('text'), 'ok');
+  assert.equal(kv.str('proto'), 'ok');
+  for (const format of ['text', 'proto']) {
+    const out = join(dir, `exit.${format}`);
+    const e = runPreloaded(build('proto_budget'), [join(dir, 'b.heap'), join(dir, 'b.pb')], {
+      ...env,
+      MIMALLOC_PROF: '1',
+      MIMALLOC_PROF_SAMPLE_INTERVAL: '4096',
+      MIMALLOC_PROF_DUMP_FORMAT: format,
+      MIMALLOC_PROF_DUMP_AT_EXIT: out,
+    }, 60_000);
+    assert.equal(e.status, 0, e.stderr);
+    assert.doesNotMatch(e.stderr, /cannot write/);
+    assert.ok(existsSync(out) && statSync(out).size > 1000, `${format} at exit`);
+  }
+  const pprof = spawnSync('go', ['tool', 'pprof', '-raw', join(dir, 'a.pb')], { encoding: 'utf8' });
+  assert.equal(pprof.status, 0, pprof.stderr);
+});
+
+test('posix_memalign keeps the caller frame chain: its stacks are as deep as aligned_alloc\'s through the same frames', (t) => {
+  const bin = build('aligned_stacks', ['-fno-asynchronous-unwind-tables', '-fno-unwind-tables'], '-nocfi');
+  const dir = tempDir();
+  const r = runPreloaded(bin, [join(dir, 's.heap')], {}, 30_000);
+  assert.equal(r.status, 0, r.stderr);
+  const heap = parseHeapText(readFileSync(join(dir, 's.heap'), 'utf8'));
+  const depths = heap.rows.map((row) => row.stack.length).sort();
+  t.diagnostic(`row depths ${depths.join(', ')}`);
+  assert.equal(heap.rows.length, 2, 'one row per leaf function');
+  assert.equal(depths[0], depths[1], 'both leaves keep the whole chain');
+  assert.ok(depths[0]! >= 4, 'leaf, middle, main and libc');
+});
+
+/** Every hop from an exported entry point to a slow path must be a tail jump (`jmp`), so
+ * the slow path sees the caller's rbp: a `call` gives rbp to the compiler. Returns the
+ * offending `call` lines of a disassembly. */
+function slowPathCalls(object: string): string[] {
+  const dis = spawnSync('objdump', ['-d', '--no-show-raw-insn', object], { encoding: 'utf8', maxBuffer: 64 << 20 });
+  assert.equal(dis.status, 0, dis.stderr);
+  const bad: string[] = [];
+  let fn = '';
+  for (const line of dis.stdout.split('\n')) {
+    const head = /^[0-9a-f]+ <([^>]+)>:$/.exec(line);
+    if (head) fn = head[1]!;
+    else if (/\bcall\s.*<mp_[a-z_]*_slow(?:@plt)?>/.test(line) && !/^mp_[a-z_]*_slow$/.test(fn)) bad.push(`${fn}: ${line.trim()}`);
+  }
+  return bad;
+}
+
+test('entry points reach the slow paths only by tail jumps (the built library, disassembled)', (t) => {
+  const bad = slowPathCalls(LIB);
+  t.diagnostic(bad.length === 0 ? 'no call to a slow path outside the slow paths' : bad.join('\n'));
+  assert.deepEqual(bad, []);
+});
+
+test('positive control: the disassembly check flags an entry point that calls its slow path', () => {
+  const dir = join(buildDir, 'entry-control');
+  mkdirSync(dir, { recursive: true });
+  const src = join(dir, 'planted.c');
+  const obj = join(dir, 'planted.so');
+  // the shape posix_memalign once had: the slow path's result is used after the call
+  const code = `#include <errno.h>
+#include <stddef.h>
+__attribute__((noinline, noipa)) void* mp_alloc_slow(size_t n, size_t a, unsigned f, void* ra) { (void)a; (void)f; (void)ra; return (void*)n; }
+int entry(void** out, size_t n) { int saved = errno; void* p = mp_alloc_slow(n, 64, 0, 0); errno = saved; *out = p; return p ? 0 : 12; }
+`;
+  writeFileSync(src, code);
+  const cc = spawnSync('cc', ['-O2', '-fomit-frame-pointer', '-shared', '-fPIC', src, '-o', obj], { encoding: 'utf8' });
+  assert.equal(cc.status, 0, cc.stderr);
+  assert.equal(slowPathCalls(obj).length, 1);
+});
+
+test('no frame of the library itself in any stack (the thread wrapper stays out of profiles)', (t) => {
+  const dir = tempDir();
+  const r = runPreloaded(build('thread_frames'), [join(dir, 't.heap')], {}, 30_000);
+  assert.equal(r.status, 0, r.stderr);
+  const heap = parseHeapText(readFileSync(join(dir, 't.heap'), 'utf8'));
+  const own = heap.maps
+    .filter((m) => m.endsWith('libmimalloc-pprof.so'))
+    .map((m) => m.split(/\s+/)[0]!.split('-').map((x) => BigInt(`0x${x}`)) as [bigint, bigint]);
+  assert.ok(own.length > 0, 'the library is mapped');
+  const frames = heap.rows.flatMap((row) => row.stack.map((a) => BigInt(a)));
+  const inside = frames.filter((f) => own.some(([lo, hi]) => f >= lo && f < hi));
+  t.diagnostic(`${heap.rows.length} rows, ${frames.length} frames, ${inside.length} in the library`);
+  assert.equal(heap.rows.length, 2, 'one row for the worker, one for main');
+  assert.deepEqual(inside, []);
+});
+
+test('a dlopen\'ed library refuses to start (ENOTSUP, said once) instead of recording nothing', () => {
+  const r = spawnSync(build('dlopened'), [LIB], { encoding: 'utf8', timeout: 30_000 });
+  assert.equal(r.status, 0, r.stderr);
+  const kv = new KV(r.stdout);
+  assert.equal(kv.str('start'), '0');
+  assert.match(kv.str('errno'), /not supported/i);
+  assert.match(r.stderr, /malloc is not interposed/);
+  // the control: preloaded, the same start succeeds
+  const pre = runPreloaded(build('dlopened'), [LIB], {}, 30_000);
+  assert.equal(new KV(pre.stdout).str('start'), '1');
+});
+
+test('MIMALLOC_PROF_ARENA_SIZE=0 (or below the minimum) warns and keeps the default', () => {
+  for (const value of ['0', '1m']) {
+    const r = runPreloaded('/bin/true', [], { MIMALLOC_PROF: '1', MIMALLOC_PROF_ARENA_SIZE: value, MIMALLOC_PROF_VERBOSE: '1' }, 30_000);
+    assert.equal(r.status, 0);
+    assert.match(r.stderr, new RegExp(`invalid value for MIMALLOC_PROF_ARENA_SIZE \\(ignored, using the default\\): ${value}`));
+    assert.match(r.stderr, /profiler running/);
+  }
+});
+
+// ---- signals landing inside the profiler: no hang ------------------------------------------------
+
+test('exit() from a signal handler that interrupted the profiler ends the process (10 runs, each within 10 s)', (t) => {
+  const bin = build('exit_in_handler');
+  const env = { MIMALLOC_PROF: '1', MIMALLOC_PROF_SAMPLE_INTERVAL: '64', MIMALLOC_PROF_DUMP_AT_EXIT: join(tempDir(), 'x.heap') };
+  let skipped = 0;
+  for (let i = 0; i < 10; i++) {
+    const r = runUnder(libDir, bin, [], env, 10_000);
+    assert.equal(r.timedOut, false, `run ${i} hung`);
+    assert.equal(r.status, 0, r.stderr);
+    if (/no profile written at exit/.test(r.stderr)) skipped++;
+  }
+  t.diagnostic(`10 runs ended; ${skipped} skipped the exit dump because the handler interrupted the profiler`);
+});
+
+test('positive control: without the reentrancy guard (MP_TEST_SKIP_REENTRY_GUARD=1) the same run hangs', () => {
+  const bin = build('exit_in_handler');
+  const env = { MIMALLOC_PROF: '1', MIMALLOC_PROF_SAMPLE_INTERVAL: '64', MIMALLOC_PROF_DUMP_AT_EXIT: join(tempDir(), 'x.heap'), MP_TEST_SKIP_REENTRY_GUARD: '1' };
+  const r = runUnder(buildTestHooks(), bin, [], env, 10_000);
+  assert.equal(r.timedOut, true);
+});
+
+/** Runs the fork loop under run's environment, sends SIGTERM after `delayMs`, and reports
+ * how it ended (null when it had not ended 10 s later; it is then killed). */
+function sigtermDuringFork(lib: string, delayMs: number, env: Record<string, string> = {}): Promise<string | null> {
+  const dir = tempDir();
+  const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('MIMALLOC_') && !k.startsWith('MP_TEST_')));
+  const child = spawn(build('sigterm_fork'), [], {
+    env: {
+      ...clean,
+      LD_PRELOAD: join(lib, 'libmimalloc-pprof.so'),
+      MIMALLOC_PPROF_RUN_DIR: dir,
+      MIMALLOC_PROF: '1',
+      MIMALLOC_PROF_DUMP_AT_EXIT: join(dir, 'p.%p.heap'),
+      ...env,
+    },
+    stdio: ['ignore', 'pipe', 'ignore'],
+  });
+  return new Promise((resolve) => {
+    let hung: NodeJS.Timeout | undefined;
+    child.stdout.once('data', () => {
+      setTimeout(() => {
+        child.kill('SIGTERM');
+        hung = setTimeout(() => {
+          child.kill('SIGKILL');
+          resolve(null);
+        }, 10_000);
+      }, delayMs);
+    });
+    child.once('exit', (code, signal) => {
+      if (hung) clearTimeout(hung);
+      resolve(signal ?? `status ${code}`);
+    });
+  });
+}
+
+test('SIGTERM while the program forks under run\'s handler: it dies by SIGTERM, never hangs (6 tries)', async (t) => {
+  const ends: (string | null)[] = [];
+  for (let i = 0; i < 6; i++) ends.push(await sigtermDuringFork(libDir, 200 + 150 * i));
+  t.diagnostic(`ends: ${ends.join(', ')}`);
+  assert.deepEqual(ends, Array(6).fill('SIGTERM'));
+});
