@@ -202,7 +202,7 @@ void mp_arena_thread_exit(void);
  * straight at mimalloc. Called under the lifecycle lock. */
 void mp_entry_update(bool watching);
 void mp_interpose_init(void); /* registers the mimalloc error handler that sets errno */
-void* mp_own_malloc(size_t n); /* this library's malloc (hidden alias) */
+bool mp_interpose_probe(void); /* the program's malloc is this library's (at load only) */
 /* operator new's failure path: new-handler loop, then std::bad_alloc (or NULL if nothrow). */
 void* mp_new_fail(size_t size, size_t align, bool nothrow);
 

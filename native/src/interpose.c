@@ -153,8 +153,27 @@ void mp_entry_update(bool watching) {
 
 /* ---- C ------------------------------------------------------------------------------------ */
 EXPORT void* malloc(size_t n) { return entry.malloc(n); }
-/* This library's own malloc, whatever the process's symbol scope makes of the name. */
-void* mp_own_malloc(size_t n) __attribute__((alias("malloc")));
+
+/* Whether the program's malloc is this one (false when the library was loaded with dlopen:
+ * the program's calls bind elsewhere). A call is the test, not an address: a non-PIE
+ * executable's canonical address of malloc is its own PLT stub. Run at load, before the
+ * entry table is first switched. */
+static __thread bool probe_hit __attribute__((tls_model("initial-exec")));
+static void* probe_malloc(size_t n) {
+  probe_hit = true;
+  return mi_malloc(n);
+}
+
+bool mp_interpose_probe(void) {
+  void* (*volatile program_malloc)(size_t) = malloc; /* through the GOT: the program's binding */
+  void (*volatile program_free)(void*) = free;
+  probe_hit = false;
+  __atomic_store_n(&entry.malloc, probe_malloc, __ATOMIC_SEQ_CST);
+  void* p = program_malloc(16);
+  __atomic_store_n(&entry.malloc, mi_malloc, __ATOMIC_SEQ_CST);
+  program_free(p);
+  return probe_hit;
+}
 
 EXPORT void free(void* p) { entry.free(p); }
 

@@ -117,7 +117,7 @@ __attribute__((constructor)) static void mp_load(void) {
   mp_thread_init();
   mp_interpose_init();
 #ifndef MP_SANITIZE /* sanitizer test builds rename malloc on purpose (native/Makefile) */
-  mp_interposing = dlsym(RTLD_DEFAULT, "malloc") == (void*)&mp_own_malloc;
+  mp_interposing = mp_interpose_probe();
 #endif
   int v = mi_version();
   if (MP_MI_MAJOR(v) != MP_MI_MAJOR(MI_MALLOC_VERSION))

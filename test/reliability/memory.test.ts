@@ -12,14 +12,18 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 
 import { root } from '../helpers.js';
+import { makeVars } from '../mimalloc.js';
 import { buildTestHooks, MiB } from './util.js';
 
 const script = join(root, 'test', 'reliability', 'memory-gate.mjs');
-const baselineFile = join(root, 'test', 'reliability', 'memory-baseline.json');
+const baselineFile = join(root, 'test', 'reliability', makeVars.length === 0 ? 'memory-baseline.json' : 'memory-baseline-mimalloc3.json');
 const VERDICT = /^memory-gate: (peak_rss|profiler_peak) min .*: (ok|FAIL)$/gm;
 
 function gate(args: string[], env: Record<string, string> = {}) {
-  const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('MP_TEST_') && !k.startsWith('MIMALLOC_')));
+  // MIMALLOC_PPROF_* stay: they name the library and mimalloc under test (test/mimalloc.ts)
+  const clean = Object.fromEntries(
+    Object.entries(process.env).filter(([k]) => !k.startsWith('MP_TEST_') && (!k.startsWith('MIMALLOC_') || k.startsWith('MIMALLOC_PPROF_'))),
+  );
   const r = spawnSync(process.execPath, [script, ...args], { encoding: 'utf8', env: { ...clean, ...env }, timeout: 300_000 });
   if (r.error) throw r.error;
   const verdicts = new Map([...r.stdout.matchAll(VERDICT)].map((m) => [m[1]!, m[0]] as const));

@@ -1,0 +1,99 @@
+#!/usr/bin/env node
+// The Node gate (docs/reliability.md, gate 7): the Node workload of Buffers, JSON, open zlib
+// streams, crypto and worker_threads (fixtures/node-stress.mjs) profiled at a 32 KiB interval
+// under the preload, run after run. A run passes when Node exits 0 having printed its `ok`
+// line and its at-exit profile parses and validates (the package's own parser, the rules
+// google/pprof applies). The gate passes when every run passes.
+//
+//   node test/reliability/node-gate.mjs [--runs N] [--lib DIR] [--interval BYTES]
+//       exit 0 (every run passed), 1 (a run failed), 2 (usage or error)
+//
+// The library defaults to MIMALLOC_PPROF_LIB's directory, else build/. MP_TEST_* variables
+// pass through to the runs (the control: MP_TEST_SHARED_HEAP=1 with the test-hooks build).
+// The first run's MIMALLOC_PROF_VERBOSE line names the mimalloc in use.
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const workload = join(root, 'test', 'reliability', 'fixtures', 'node-stress.mjs');
+const { parseProfile } = await import(join(root, 'dist', 'src', 'index.js'));
+
+const say = (line) => console.log(`node-gate: ${line}`);
+function die(message) {
+  console.error(`node-gate: ${message}`);
+  process.exit(2);
+}
+
+const args = process.argv.slice(2);
+const opts = {
+  runs: 10,
+  lib: process.env.MIMALLOC_PPROF_LIB ? dirname(resolve(process.env.MIMALLOC_PPROF_LIB)) : join(root, 'build'),
+  interval: '32k',
+};
+for (let i = 0; i < args.length; i++) {
+  const a = args[i];
+  const value = () => (i + 1 < args.length ? args[++i] : die(`${a} needs a value`));
+  if (a === '--runs') opts.runs = Number(value());
+  else if (a === '--lib') opts.lib = resolve(value());
+  else if (a === '--interval') opts.interval = value();
+  else die(`unknown argument ${a} (usage: node-gate.mjs [--runs N] [--lib DIR] [--interval BYTES])`);
+}
+if (!Number.isInteger(opts.runs) || opts.runs < 1) die('--runs must be a positive integer');
+const library = join(opts.lib, 'libmimalloc-pprof.so');
+if (!existsSync(library)) die(`no library at ${library}`);
+
+const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('MIMALLOC_') && k !== 'NODE_OPTIONS'));
+let version = 'unknown';
+let crashes = 0;
+let invalid = 0;
+for (let i = 1; i <= opts.runs; i++) {
+  const dir = mkdtempSync(join(tmpdir(), 'mpp-node-gate-'));
+  try {
+    const r = spawnSync(process.execPath, [workload], {
+      encoding: 'utf8',
+      timeout: 120_000,
+      env: {
+        ...clean,
+        LD_PRELOAD: library,
+        MIMALLOC_PROF: '1',
+        MIMALLOC_PROF_SAMPLE_INTERVAL: opts.interval,
+        MIMALLOC_PROF_DUMP_FORMAT: 'proto',
+        MIMALLOC_PROF_DUMP_AT_EXIT: join(dir, 'heap.%p.pb'),
+        ...(i === 1 ? { MIMALLOC_PROF_VERBOSE: '1' } : {}),
+      },
+    });
+    const v = /mimalloc-pprof: mimalloc (\d+\.\d+\.\d+)/.exec(r.stderr ?? '');
+    if (v) version = v[1];
+    const ended = r.signal ? `killed by ${r.signal}` : `status ${r.status}`;
+    if (r.error || r.status !== 0 || !/^ok \d+$/m.test(r.stdout ?? '')) {
+      crashes++;
+      const why = (r.stderr ?? '').split('\n').find((l) => l.trim() !== '' && !l.startsWith('mimalloc-pprof: mimalloc ')) ?? '';
+      say(`run ${i}: FAIL ${r.error ? r.error.message : ended}${why ? `: ${why.slice(0, 200)}` : ''}`);
+      continue;
+    }
+    const files = readdirSync(dir).filter((f) => f.endsWith('.pb'));
+    let problem = files.length === 1 ? '' : `${files.length} profiles`;
+    if (problem === '') {
+      try {
+        const p = parseProfile(readFileSync(join(dir, files[0])), files[0]);
+        if (p.sample.length === 0) problem = 'no samples';
+      } catch (e) {
+        problem = e instanceof Error ? e.message : String(e);
+      }
+    }
+    if (problem !== '') {
+      invalid++;
+      say(`run ${i}: FAIL invalid profile: ${problem}`);
+    } else {
+      say(`run ${i}: ok`);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+say(`${opts.runs} runs under mimalloc ${version} at interval ${opts.interval}: ${crashes} crashed, ${invalid} invalid profiles`);
+say(crashes + invalid === 0 ? 'PASS' : 'FAIL');
+process.exit(crashes + invalid === 0 ? 0 : 1);

@@ -1,0 +1,42 @@
+/** Gate 7, Node under the preload on each mimalloc (docs/reliability.md): the Node workload of
+ * Buffers, JSON, open zlib streams, crypto and worker_threads, profiled at a 32 KiB interval,
+ * run 10 times per mimalloc major (scripts/run-tests.mjs runs this file once per major): no run
+ * may crash and every at-exit profile must be valid. test/reliability/node-gate.mjs does the
+ * work (`--runs 50` gives the figures in docs/reliability.md).
+ * Control: the test-hooks library with MP_TEST_SHARED_HEAP=1 allocates every thread's samples
+ * from one arena heap, as this library once did. mimalloc heaps are bound to the thread that
+ * made them (2.x, and 3.x before 3.2.6), so that corrupts mimalloc's page queues: the same
+ * gate must see Node crash. */
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { test } from 'node:test';
+
+import { root } from '../helpers.js';
+import { libDir, mimallocLabel } from '../mimalloc.js';
+import { buildTestHooks } from './util.js';
+
+const script = join(root, 'test', 'reliability', 'node-gate.mjs');
+
+function gate(args: string[], env: Record<string, string> = {}) {
+  const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('MP_TEST_')));
+  const r = spawnSync(process.execPath, [script, ...args], { encoding: 'utf8', env: { ...clean, ...env }, timeout: 600_000 });
+  if (r.error) throw r.error;
+  const summary = /^node-gate: (\d+) runs under mimalloc (\S+) .*: (\d+) crashed, (\d+) invalid profiles$/m.exec(r.stdout);
+  assert.ok(summary, `no summary line:\n${r.stdout}${r.stderr}`);
+  return { status: r.status, stdout: r.stdout, runs: +summary[1]!, version: summary[2]!, crashed: +summary[3]!, invalid: +summary[4]! };
+}
+
+test(`Node gate: 10 profiled runs of the Node workload at 32 KiB, no crash and every profile valid (${mimallocLabel})`, (t) => {
+  const r = gate(['--runs', '10', '--lib', libDir]);
+  t.diagnostic(`mimalloc ${r.version}: ${r.runs} runs, ${r.crashed} crashed, ${r.invalid} invalid profiles`);
+  assert.equal(r.status, 0, r.stdout);
+  assert.equal(r.crashed + r.invalid, 0);
+});
+
+test('positive control: one sample heap shared by every thread (MP_TEST_SHARED_HEAP=1) makes the Node gate fail', (t) => {
+  const r = gate(['--runs', '20', '--lib', buildTestHooks()], { MP_TEST_SHARED_HEAP: '1' });
+  t.diagnostic(`control, mimalloc ${r.version}: ${r.crashed} of ${r.runs} runs crashed`);
+  assert.equal(r.status, 1, r.stdout);
+  assert.ok(r.crashed > 0);
+});
