@@ -2,8 +2,9 @@
 // at a time (the native tests measure processes and should not compete for the 2 cores).
 // Then the suites that exercise the preload library (native, node, reliability, run) run
 // again against the second mimalloc major (Debian 13's 3.0.1, built by scripts/mimalloc3.mjs
-// into build/mi3; see test/mimalloc.ts). Both passes must pass.
-//   node scripts/run-tests.mjs [--pass system|mimalloc3] [node --test options]
+// into build/mi3; see test/mimalloc.ts), and the reliability gates run once more on the debug
+// build (build/debug). Every pass must pass.
+//   node scripts/run-tests.mjs [--pass system|mimalloc3|debug] [node --test options]
 import { spawnSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -13,6 +14,8 @@ import { mi3Dir, mi3Library } from './mimalloc3.mjs';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const SECOND_PASS = /^(native|node|reliability|run)\//;
+// The gates once more on the debug build (native/Makefile DEBUG=1: internal assertions on).
+const DEBUG_PASS = /^(reliability\/(churn|fork|dumps|node)|native\/(regressions|stress|api))\.test\.js$/;
 
 const args = process.argv.slice(2);
 let only = '';
@@ -41,5 +44,11 @@ if (only === '' || only === 'mimalloc3') {
     MIMALLOC_PPROF_TEST_PREFIX: join(mi3Dir, 'prefix'),
   });
   status = status || second;
+}
+if (only === '' || only === 'debug') {
+  const third = pass('debug build (assertions on)', all.filter((f) => DEBUG_PASS.test(f)), {
+    MIMALLOC_PPROF_LIB: join(root, 'build', 'debug', 'libmimalloc-pprof.so'),
+  });
+  status = status || third;
 }
 process.exit(status);

@@ -43,3 +43,15 @@ if (missing.length > 0) {
 // The second mimalloc major the native suites also run against (scripts/mimalloc3.mjs).
 const { ensureMimalloc3 } = await import('./mimalloc3.mjs');
 ensureMimalloc3();
+
+// The debug build (internal assertions on) that the gates run on once more.
+{
+  const { join, dirname } = await import('node:path');
+  const { fileURLToPath } = await import('node:url');
+  const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+  const r = spawnSync('make', ['-s', '-j2', '-C', join(root, 'native'), `BUILD=${join(root, 'build', 'debug')}`, 'DEBUG=1'], { stdio: 'inherit' });
+  if (r.status !== 0) {
+    console.error('mimalloc-pprof tests: the debug build failed (see above)');
+    process.exit(1);
+  }
+}

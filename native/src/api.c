@@ -61,7 +61,10 @@ bool mi_prof_stats_get(mi_prof_stats_t* stats) {
     return false;
   }
   bool guard = mp_tls.in_profiler;
-  mp_tls.in_profiler = true;
+#ifdef MP_TEST_HOOKS
+  if (!mp_test_hook("MP_TEST_UNGUARDED_STATS")) /* the debug build's control: locks taken unguarded */
+#endif
+    mp_tls.in_profiler = true;
   mp_stats_fill(stats);
   mp_tls.in_profiler = guard;
   return true;

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 
 import { fixture, pprofRaw, runPreloaded, stackHas, tempDir } from '../helpers.js';
+import { mimallocDefectEnv } from '../mimalloc.js';
 
 interface StressOutput {
   ops: number;
@@ -18,9 +19,11 @@ interface StressOutput {
 
 const bin = () => fixture('stress', { libs: ['-ldl'] });
 
+const stressEnv = mimallocDefectEnv();
+
 function stress(mode: string[]): { out: StressOutput; dir: string; workerSamples: number } {
   const dir = tempDir();
-  const r = runPreloaded(bin(), [dir, '2', ...mode], {}, 60_000);
+  const r = runPreloaded(bin(), [dir, '2', ...mode], stressEnv, 60_000);
   assert.equal(r.status, 0, `status ${r.status} signal ${r.signal}: ${r.stderr}`);
   const out = JSON.parse(r.stdout) as StressOutput;
   const final = pprofRaw(join(dir, 'final.pb'), bin());

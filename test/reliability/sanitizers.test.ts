@@ -19,6 +19,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 
 import { fixture, root, runPreloaded, tempDir } from '../helpers.js';
+import { mimallocDefectEnv } from '../mimalloc.js';
 import { ASAN_REPORT, fixturesDir, SANITIZER_REPORT, sanitizedProgram } from './util.js';
 
 const native = (f: string) => join(root, 'test', 'native', 'fixtures', f);
@@ -82,7 +83,7 @@ const CASES: Case[] = [
   { name: 'unbiased', src: native('unbiased.c'), args: (d) => ['300', join(d, 'u.heap')], env: { ...PROF, MIMALLOC_PROF_SEED: '3' } },
   { name: 'newsite (C++ operator new)', src: native('newsite.cc'), args: (d) => [join(d, 'n.pb')] },
   // test/native/stress.test.ts
-  { name: 'stress', src: native('stress.c'), args: (d) => [d, '2'] },
+  { name: 'stress', src: native('stress.c'), args: (d) => [d, '2'], env: mimallocDefectEnv() },
   // the reliability gates' fixtures, smaller
   { name: 'churn', src: reliability('churn.c'), args: () => ['400', '8', '4096'] },
   { name: 'forks', src: reliability('forks.c'), args: (d) => ['20', d, '20000'] },

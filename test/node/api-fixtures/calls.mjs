@@ -89,6 +89,8 @@ if (dumps) {
   const end = Date.now() + 15000;
   while (readdirSync(dumpDir).sort().join() === before && Date.now() < end) await sleep(50);
   results.signalDumped = readdirSync(dumpDir).sort().join() !== before;
+  // the new file lands before the oldest is pruned: give the rotation its moment
+  while (readdirSync(dumpDir).length > 2 && Date.now() < end) await sleep(50);
   results.afterSignal = readdirSync(dumpDir).length;
   dumps.stop();
 }
