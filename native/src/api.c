@@ -50,7 +50,9 @@ void mp_stats_fill(mi_prof_stats_t* s) {
   mi_process_info(&elapsed, &user, &sys, &rss, &peak_rss, &commit, &peak_commit, &faults);
   s->rss_bytes = rss;
   s->peak_rss_bytes = peak_rss;
-  s->commit_bytes = commit;
+  /* mimalloc 2.0.9 subtracts a freed arena segment's commit twice (fixed in 2.1.2), so its
+   * counter can wrap below 0 after the sample arena gives memory back: read as 0. */
+  s->commit_bytes = commit > (size_t)INT64_MAX ? 0 : commit;
   s->peak_commit_bytes = peak_commit;
   s->page_faults = faults;
 }

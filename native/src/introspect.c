@@ -23,8 +23,8 @@
  *            (reserved uncommitted, arena.c), subtracts its committed bytes twice
  *            (mi_segment_os_free, then _mi_arena_free's _mi_os_decommit), and 3.0.1 drifts
  *            down slightly too (a purged page used again is not counted again). So a
- *            negative counter reads 0, and `arena` is never below
- *            a known uordblks (sources 1 and 2 below): the lower bound that is certain.
+ *            negative counter reads 0, and `arena` is never below a known uordblks
+ *            (sources 1 and 2 below): the lower bound that is certain.
  *  ordblks   number of free chunks: 0, not known (mimalloc keeps no global count).
  *  smblks    number of fastbin blocks: 0, mimalloc has no fastbins.
  *  hblks     number of mmapped regions, i.e. blocks that got their own mapping: 0. mimalloc

@@ -5,8 +5,9 @@
 // line and its at-exit profile parses and validates (the package's own parser, the rules
 // google/pprof applies). The gate passes when every run passes.
 //
-//   node test/reliability/node-gate.mjs [--runs N] [--lib DIR] [--interval BYTES]
+//   node test/reliability/node-gate.mjs [--runs N] [--lib DIR] [--interval BYTES] [--stop-at-first]
 //       exit 0 (every run passed), 1 (a run failed), 2 (usage or error)
+// A run has 30 s (it takes about 1 s); one still running then counts as failed (hung).
 //
 // The library defaults to MIMALLOC_PPROF_LIB's directory, else build/. MP_TEST_* variables
 // pass through to the runs (the control: MP_TEST_SHARED_HEAP=1 with the test-hooks build).
@@ -32,6 +33,7 @@ const opts = {
   runs: 10,
   lib: process.env.MIMALLOC_PPROF_LIB ? dirname(resolve(process.env.MIMALLOC_PPROF_LIB)) : join(root, 'build'),
   interval: '32k',
+  stopAtFirst: false,
 };
 for (let i = 0; i < args.length; i++) {
   const a = args[i];
@@ -39,6 +41,7 @@ for (let i = 0; i < args.length; i++) {
   if (a === '--runs') opts.runs = Number(value());
   else if (a === '--lib') opts.lib = resolve(value());
   else if (a === '--interval') opts.interval = value();
+  else if (a === '--stop-at-first') opts.stopAtFirst = true;
   else die(`unknown argument ${a} (usage: node-gate.mjs [--runs N] [--lib DIR] [--interval BYTES])`);
 }
 if (!Number.isInteger(opts.runs) || opts.runs < 1) die('--runs must be a positive integer');
@@ -54,7 +57,8 @@ for (let i = 1; i <= opts.runs; i++) {
   try {
     const r = spawnSync(process.execPath, [workload], {
       encoding: 'utf8',
-      timeout: 120_000,
+      timeout: 30_000,
+      killSignal: 'SIGKILL',
       env: {
         ...clean,
         LD_PRELOAD: library,
@@ -67,11 +71,16 @@ for (let i = 1; i <= opts.runs; i++) {
     });
     const v = /mimalloc-pprof: mimalloc (\d+\.\d+\.\d+)/.exec(r.stderr ?? '');
     if (v) version = v[1];
-    const ended = r.signal ? `killed by ${r.signal}` : `status ${r.status}`;
+    const hung = r.error?.code === 'ETIMEDOUT';
+    const ended = hung ? 'hung (killed after 30 s)' : r.signal ? `killed by ${r.signal}` : `status ${r.status}`;
     if (r.error || r.status !== 0 || !/^ok \d+$/m.test(r.stdout ?? '')) {
       crashes++;
       const why = (r.stderr ?? '').split('\n').find((l) => l.trim() !== '' && !l.startsWith('mimalloc-pprof: mimalloc ')) ?? '';
-      say(`run ${i}: FAIL ${r.error ? r.error.message : ended}${why ? `: ${why.slice(0, 200)}` : ''}`);
+      say(`run ${i}: FAIL ${r.error && !hung ? r.error.message : ended}${why ? `: ${why.slice(0, 200)}` : ''}`);
+      if (opts.stopAtFirst) {
+        opts.runs = i;
+        break;
+      }
       continue;
     }
     const files = readdirSync(dir).filter((f) => f.endsWith('.pb'));
@@ -87,6 +96,10 @@ for (let i = 1; i <= opts.runs; i++) {
     if (problem !== '') {
       invalid++;
       say(`run ${i}: FAIL invalid profile: ${problem}`);
+      if (opts.stopAtFirst) {
+        opts.runs = i;
+        break;
+      }
     } else {
       say(`run ${i}: ok`);
     }
