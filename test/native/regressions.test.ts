@@ -213,6 +213,13 @@ test('a dlopen\'ed library refuses to start (ENOTSUP, said once) instead of reco
   assert.equal(new KV(pre.stdout).str('start'), '1');
 });
 
+test(`MIMALLOC_PROF_VERBOSE=1 names the mimalloc in use, the one the library was built against (${mimallocLabel})`, (t) => {
+  const r = runPreloaded('/bin/true', [], { MIMALLOC_PROF_VERBOSE: '1' }, 30_000);
+  const line = r.stderr.split('\n').find((l) => l.includes('mimalloc-pprof: mimalloc ')) ?? '';
+  t.diagnostic(line);
+  assert.match(line, /^mimalloc-pprof: mimalloc (\d+\.\d+\.\d+) \(built against \1\); interposer active; /);
+});
+
 test('MIMALLOC_PROF_ARENA_SIZE=0 (or below the minimum) warns and keeps the default', () => {
   for (const value of ['0', '1m']) {
     const r = runPreloaded('/bin/true', [], { MIMALLOC_PROF: '1', MIMALLOC_PROF_ARENA_SIZE: value, MIMALLOC_PROF_VERBOSE: '1' }, 30_000);
