@@ -247,8 +247,10 @@ test('exit() from a signal handler that interrupted the profiler ends the proces
 test('positive control: without the reentrancy guard (MP_TEST_SKIP_REENTRY_GUARD=1) the same run hangs', () => {
   const bin = build('exit_in_handler');
   const env = { MIMALLOC_PROF: '1', MIMALLOC_PROF_SAMPLE_INTERVAL: '64', MIMALLOC_PROF_DUMP_AT_EXIT: join(tempDir(), 'x.heap'), MP_TEST_SKIP_REENTRY_GUARD: '1' };
-  const r = runUnder(buildTestHooks(), bin, [], env, 10_000);
-  assert.equal(r.timedOut, true);
+  // the alarm lands inside the locked walk nearly always (6 of 6 here); 3 tries for a loaded machine
+  let hung = false;
+  for (let i = 0; i < 3 && !hung; i++) hung = runUnder(buildTestHooks(), bin, [], env, 10_000).timedOut;
+  assert.equal(hung, true);
 });
 
 /** Runs the fork loop under run's environment, sends SIGTERM after `delayMs`, and reports
