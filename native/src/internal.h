@@ -323,9 +323,11 @@ bool mp_start_with(const params_t* p);
 extern mp_lock_t mp_api_lock;  /* the lifecycle lock: start, stop, reset, exact counters */
 extern bool mp_interposing;    /* malloc resolves to this library (false when dlopen'ed) */
 
-/* ---- process.c: fork handlers, the dump on a terminating signal under `run` ---- */
+/* ---- process.c: fork handlers ---- */
 void mp_fork_install(void);
-void mp_signals_install(void);
+
+/* ---- signals.c: the profile when SIGINT, SIGTERM, SIGHUP or SIGQUIT ends the program ---- */
+void mp_signals_install(void); /* at load, when a dump at exit is asked for */
 
 /* ---- lifecycle.c: load and exit ---- */
 const char* mp_run_dir(void); /* MIMALLOC_PPROF_RUN_DIR, or NULL */

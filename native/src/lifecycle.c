@@ -141,5 +141,5 @@ __attribute__((constructor)) static void mp_load(void) {
   }
   if (mp_env.verbose) say_verbose();
   mark_loaded();
-  if (mp_run_dir() != NULL && atomic_load(&mp_state.running)) mp_signals_install();
+  if (mp_env.dump_at_exit[0] != 0) mp_signals_install();
 }

@@ -1,4 +1,4 @@
-/* The process around the profiler: fork, and the signals that end a program.
+/* fork: the profiler's state across it.
  *
  * fork: the prepare handler sets the reentrancy guard, then takes the loader lock (first, as
  * a dump holds it while waiting for the loader, which may wait for a table lock), the
@@ -7,13 +7,10 @@
  * between prepare and parent (the clone syscall is restarted after a handler) finds the
  * guard set, so a dump from its handler is skipped instead of waiting on the locks this
  * thread holds. The child resets the locks, keeps only itself on the registry and keeps
- * profiling (its heap is a copy of the parent's); it writes its own %p-named dump at exit.
- *
- * Signals: see on_terminate. */
+ * profiling (its heap is a copy of the parent's); it writes its own %p-named dump at exit. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <string.h>
 
 #include "internal.h"
@@ -55,33 +52,4 @@ void mp_fork_install(void) {
   if (mp_test_hook("MP_TEST_SKIP_FORK_HANDLERS")) return; /* the fork gate's control */
 #endif
   pthread_atfork(fork_prepare, fork_parent, fork_child);
-}
-
-/* A program ended by SIGINT or SIGTERM runs no at-exit handler. Under `mimalloc-pprof run`,
- * where the signal's disposition is the default at load, this handler writes the at-exit
- * profile and re-raises the signal with the default action, so the process still ends by
- * it. A program that installs its own handler replaces this one (and Node does: its exit
- * hook covers it). Not taken while this thread is inside the profiler (it may hold a table
- * lock); the dump itself uses only mmap, open, write and rename. */
-static void on_terminate(int sig) {
-  int saved = errno;
-  if (!mp_tls.in_profiler && atomic_load(&mp_state.running) && mp_state.dump_at_exit[0] != 0) {
-    if (mp_dump(mp_state.dump_at_exit, mp_state.dump_format)) atomic_store(&mp_state.running, false);
-  }
-  signal(sig, SIG_DFL);
-  errno = saved;
-  raise(sig);
-}
-
-void mp_signals_install(void) {
-  static const int signals[] = {SIGINT, SIGTERM};
-  for (size_t i = 0; i < sizeof(signals) / sizeof(*signals); i++) {
-    struct sigaction current;
-    if (sigaction(signals[i], NULL, &current) != 0 || current.sa_handler != SIG_DFL) continue;
-    struct sigaction act;
-    memset(&act, 0, sizeof(act));
-    act.sa_handler = on_terminate;
-    sigemptyset(&act.sa_mask);
-    sigaction(signals[i], &act, NULL);
-  }
 }

@@ -3,10 +3,14 @@
  *
  * Node frees most of its native memory during its own teardown, before the preload
  * library's at-exit dump runs, so an at-exit profile of a Node process shows almost nothing.
- * This hook takes the profile when the program is done but before that teardown: on the
- * process's 'exit' event, and on SIGINT/SIGTERM when the program has no handler of its own
- * (then the signal is raised again, so the process still ends the way it would have). It
- * then stops the profiler, which also cancels the library's at-exit dump.
+ * This hook takes the profile when the program is done but before that teardown, on the
+ * process's 'exit' event, after a full garbage collection (so the profile shows what is
+ * retained, not what a collection that happened to run or not left behind; `run --no-gc`
+ * skips it). It then stops the profiler, which also cancels the library's at-exit dump.
+ *
+ * Signals are not this hook's: a JavaScript listener never runs while JavaScript is busy,
+ * and its presence changes what SIGINT and SIGTERM do. A signal that ends the program is the
+ * preload library's to profile, natively (native/src/signals.c).
  */
 import { join } from 'node:path';
 import { isMainThread } from 'node:worker_threads';
@@ -20,12 +24,28 @@ interface Addon {
 const dir = process.env.MIMALLOC_PPROF_RUN_DIR;
 const addonPath = process.env.MIMALLOC_PPROF_ADDON;
 
+/** V8's full collection, reached without --expose-gc on the command line. */
+function fullGc(): (() => void) | undefined {
+  try {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const v8 = require('node:v8') as typeof import('node:v8');
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const vm = require('node:vm') as typeof import('node:vm');
+    v8.setFlagsFromString('--expose-gc');
+    return vm.runInNewContext('gc') as () => void;
+  } catch {
+    return undefined;
+  }
+}
+
 function install(addon: Addon, runDir: string): void {
+  const collect = process.env.MIMALLOC_PPROF_NO_GC !== '1';
   let done = false;
   const dump = () => {
     if (done) return;
     done = true;
     try {
+      if (collect) fullGc()?.(); // V8's flag set only now, when the program is done
       addon.dump(join(runDir, `raw.${process.pid}.pb`), 'proto');
       addon.stop();
     } catch (e) {
@@ -33,15 +53,6 @@ function install(addon: Addon, runDir: string): void {
     }
   };
   process.on('exit', dump);
-  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-    const onSignal = () => {
-      if (process.listenerCount(signal) > 1) return; // the program handles it and exits its own way
-      dump();
-      process.removeListener(signal, onSignal);
-      process.kill(process.pid, signal);
-    };
-    process.on(signal, onSignal);
-  }
 }
 
 if (isMainThread && dir && addonPath) {
