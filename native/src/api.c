@@ -68,7 +68,7 @@ bool mi_prof_stats_get(mi_prof_stats_t* stats) {
 #endif
     mp_tls.in_profiler = true;
   mp_stats_fill(stats);
-  mp_tls.in_profiler = guard;
+  mp_profiler_leave(&mp_tls, guard);
   return true;
 }
 
@@ -106,7 +106,7 @@ bool mp_start_with(const params_t* p) {
     ok = true;
   }
   mp_unlock(&mp_api_lock);
-  mp_tls.in_profiler = guard;
+  mp_profiler_leave(&mp_tls, guard);
   return ok;
 }
 
@@ -162,7 +162,7 @@ void mi_prof_stop(void) {
     mp_table_clear();
   }
   mp_unlock(&mp_api_lock);
-  mp_tls.in_profiler = guard;
+  mp_profiler_leave(&mp_tls, guard);
 }
 
 void mi_prof_reset(void) {
@@ -173,7 +173,7 @@ void mi_prof_reset(void) {
   atomic_store(&mp_exact.accum_bytes, 0);
   atomic_store(&mp_exact.accum_objects, 0);
   mp_unlock(&mp_api_lock);
-  mp_tls.in_profiler = guard;
+  mp_profiler_leave(&mp_tls, guard);
 }
 
 bool mi_prof_is_enabled(void) { return atomic_load(&mp_state.running); }
@@ -194,7 +194,7 @@ void mi_prof_memory_events_enable(bool enable) {
     mp_sampler_resync_all();
   }
   mp_unlock(&mp_api_lock);
-  mp_tls.in_profiler = guard;
+  mp_profiler_leave(&mp_tls, guard);
 }
 
 bool mi_prof_memory_events_enabled(void) { return atomic_load(&mp_events_on); }

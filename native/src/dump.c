@@ -85,7 +85,7 @@ bool mp_dump(const char* path_in, mp_format_t format) {
 done:
   if (out != NULL) mp_os_free(out, sizeof(mp_out_t));
   if (snap.rows != NULL) mp_snapshot_free(&snap);
-  t->in_profiler = guard;
+  mp_profiler_leave(t, guard);
   if (err != 0) errno = err;
   return err == 0;
 }

@@ -132,6 +132,9 @@ typedef struct mp_thread_s {
   bool has_ordinal;
   bool in_profiler;     /* reentrancy guard */
   bool exiting;         /* its key destructor ran: no more samples on this thread */
+  /* A signal that was to end the process arrived while this thread was inside the profiler
+   * (it may hold a table lock): acted on when the thread leaves (mp_profiler_leave). */
+  volatile int deferred_signal;
   bool registered;      /* on the registry (thread.c) */
   struct mp_thread_s* next; /* the registry's links, under its lock */
   struct mp_thread_s* prev;
@@ -144,6 +147,18 @@ typedef struct mp_thread_s {
 #define MP_COUNTDOWN_MAX ((uint64_t)1 << 62)
 
 extern __thread mp_thread_t mp_tls __attribute__((tls_model("initial-exec")));
+
+void mp_signal_resume(void); /* signals.c: ends the process by this thread's deferred signal */
+
+/* Every profiler section ends here: in_profiler back to what it was on entry (`guard`), and
+ * a signal deferred while inside is acted on once the thread is outside. The fence keeps the
+ * store before the load: a signal landing between them finds in_profiler clear and is acted
+ * on directly. */
+static inline void mp_profiler_leave(mp_thread_t* t, bool guard) {
+  t->in_profiler = guard;
+  atomic_signal_fence(memory_order_seq_cst);
+  if (__builtin_expect(!guard && t->deferred_signal != 0, 0)) mp_signal_resume();
+}
 
 /* The free-side filter: a pointer p needs the slow path iff p - lo < size (unsigned).
  * It is the sample arena while profiling, everything while memory events are on, and
@@ -331,6 +346,7 @@ void mp_signals_install(void); /* at load, when a dump at exit is asked for */
 
 /* ---- lifecycle.c: load and exit ---- */
 const char* mp_run_dir(void); /* MIMALLOC_PPROF_RUN_DIR, or NULL */
+const char* mp_getenv(const char* name); /* from `environ`, without allocating */
 /* Held around the profiler's own calls that take the loader's lock while other threads run
  * (the proto writer's dl_iterate_phdr), and taken first by fork's prepare handler: glibc does
  * not reset the loader's lock in a child, so a fork during a dump would leave the child unable

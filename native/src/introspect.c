@@ -113,7 +113,7 @@ static void numbers(mp_numbers_t* n) {
       mi_prof_stats_t s;
       mp_tls.in_profiler = true; /* mp_stats_fill takes the table's locks */
       mp_stats_fill(&s);
-      mp_tls.in_profiler = guard;
+      mp_profiler_leave(&mp_tls, guard);
       /* stopped meanwhile: the table was being cleared, the estimate means nothing */
       if (s.running) {
         n->in_use = s.estimated_live_bytes > 0 ? (size_t)s.estimated_live_bytes : 0;

@@ -4,6 +4,8 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <mimalloc.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,17 +84,22 @@ static void say_verbose(void) {
   mp_write_stderr(line);
 }
 
-const char* mp_run_dir(void) {
+const char* mp_getenv(const char* name) {
   extern char** environ;
-  static const char key[] = "MIMALLOC_PPROF_RUN_DIR=";
-  const char* dir = NULL;
+  size_t n = mp_strlen(name);
   for (char** e = environ; e != NULL && *e != NULL; e++)
-    if (strncmp(*e, key, sizeof(key) - 1) == 0) dir = *e + sizeof(key) - 1;
+    if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return *e + n + 1;
+  return NULL;
+}
+
+const char* mp_run_dir(void) {
+  const char* dir = mp_getenv("MIMALLOC_PPROF_RUN_DIR");
   return dir != NULL && dir[0] != 0 ? dir : NULL;
 }
 
 /* Under `mimalloc-pprof run`, leave <dir>/loaded.<pid>: the proof that the preload took
- * effect in this process, which ld.so would otherwise skip silently. */
+ * effect in this process, which ld.so would otherwise skip silently. It holds the process's
+ * working directory, where V8 may leave its logs for run to remove. */
 static void mark_loaded(void) {
   const char* dir = mp_run_dir();
   if (dir == NULL) return;
@@ -106,8 +113,25 @@ static void mark_loaded(void) {
   path[n] = 0;
   int saved = errno;
   int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-  if (fd >= 0) close(fd);
+  if (fd >= 0) {
+    char cwd[4096];
+    if (getcwd(cwd, sizeof(cwd)) != NULL && write(fd, cwd, mp_strlen(cwd)) < 0) { /* nothing to do */ }
+    close(fd);
+  }
   errno = saved;
+}
+
+/* Under `mimalloc-pprof run`, the program it started dies with it: a run that is itself killed
+ * (SIGKILL, a crash) must not leave its program running orphaned. Only the process whose
+ * parent is run (its children have their own parents). */
+static void die_with_run(void) {
+  const char* s = mp_getenv("MIMALLOC_PPROF_RUN_PID");
+  if (s == NULL || mp_run_dir() == NULL) return;
+  pid_t run = 0;
+  for (; *s >= '0' && *s <= '9'; s++) run = run * 10 + (*s - '0');
+  if (*s != 0 || run <= 1 || run != getppid()) return;
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != run) raise(SIGKILL); /* run died before the request took */
 }
 
 __attribute__((constructor)) static void mp_load(void) {
@@ -133,7 +157,7 @@ __attribute__((constructor)) static void mp_load(void) {
   mi_free(mi_malloc(1));
   errno = saved;
   atexit(dump_at_exit);
-  mp_tls.in_profiler = false;
+  mp_profiler_leave(&mp_tls, false);
   if (mp_env.prof) {
     params_t p;
     mp_params_from_env(&p);
@@ -141,5 +165,6 @@ __attribute__((constructor)) static void mp_load(void) {
   }
   if (mp_env.verbose) say_verbose();
   mark_loaded();
+  die_with_run();
   if (mp_env.dump_at_exit[0] != 0) mp_signals_install();
 }

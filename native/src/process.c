@@ -35,7 +35,7 @@ static void fork_parent(void) {
   mp_threads_unlock();
   mp_unlock(&mp_api_lock);
   mp_unlock(&mp_loader_lock);
-  mp_tls.in_profiler = fork_guard;
+  mp_profiler_leave(&mp_tls, fork_guard);
 }
 
 static void fork_child(void) {
@@ -44,6 +44,7 @@ static void fork_child(void) {
   mp_lock_reset(&mp_api_lock);
   mp_lock_reset(&mp_loader_lock);
   mp_locks_forget();
+  mp_tls.deferred_signal = 0; /* it was sent to the parent */
   mp_tls.in_profiler = fork_guard;
 }
 

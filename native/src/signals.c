@@ -16,14 +16,24 @@
  *    on changes nothing; one that calls exit() leaves the profile to the at-exit dump;
  *  - SIG_IGN is the kernel's too (exec must pass it on: nohup, background jobs).
  *
+ * Under `run` a signal can arrive twice: Ctrl-C reaches the whole foreground process group,
+ * `run` included, and `run` forwards what it receives (it must: `kill -INT <run>` has to reach
+ * the program). A forwarded signal (SI_USER from run's pid, MIMALLOC_PPROF_RUN_PID) within
+ * 250 ms of the same signal from elsewhere, or the other way round, is one signal, delivered
+ * once; a person pressing Ctrl-C twice is slower than that. A signal the process sends itself
+ * takes no part in this.
+ *
  * sigaction and signal are interposed so that the program sets and reads its own view; every
- * other signal goes straight to glibc. Not taken while this thread is inside the profiler (it
- * may hold a table lock): the signal then ends the program without a profile. The dump uses
- * only mmap, open, write, rename and dl_iterate_phdr. */
+ * other signal goes straight to glibc. A signal that lands while its thread is inside the
+ * profiler (it may hold a table lock) is acted on when the thread leaves the profiler, a few
+ * microseconds later: the program's handler runs at once, the dump and the default action
+ * wait. The dump uses only mmap, open, write, rename and dl_iterate_phdr. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -40,6 +50,10 @@ typedef struct view_s {
 
 static view_t views[MANAGED];
 static atomic_bool active;
+static pid_t run_pid; /* `mimalloc-pprof run`, when it is this process's parent; else 0 */
+/* when each signal last came from run (index 0) and from elsewhere (1), in ns */
+static _Atomic(int64_t) last_seen[MANAGED][2];
+#define MP_DUPLICATE_NS ((int64_t)250 * 1000 * 1000)
 static atomic_flag writing = ATOMIC_FLAG_INIT;
 
 static int slot_of(int sig) {
@@ -84,8 +98,19 @@ static int apply(int sig, const struct sigaction* act) {
   return __sigaction(sig, &k, NULL);
 }
 
-/* Writes the profile, then ends the process by `sig` with its default action. */
+/* Writes the profile, then ends the process by `sig` with its default action. A thread
+ * inside the profiler may hold a table lock the dump needs: it goes on to the end of its
+ * section, which calls back here (mp_profiler_leave, mp_signal_resume). */
 static void end_with_profile(int sig) {
+  if (mp_tls.in_profiler) {
+#ifdef MP_TEST_HOOKS
+    if (!mp_test_hook("MP_TEST_NO_SIGNAL_DEFER")) /* the deferral test's control: no profile */
+#endif
+    {
+      mp_tls.deferred_signal = sig;
+      return;
+    }
+  }
   int saved = errno;
   if (!mp_tls.in_profiler && atomic_load(&mp_state.running) && mp_state.dump_at_exit[0] != 0) {
     if (mp_dump(mp_state.dump_at_exit, mp_state.dump_format)) atomic_store(&mp_state.running, false);
@@ -103,10 +128,41 @@ static void end_with_profile(int sig) {
   pthread_sigmask(SIG_UNBLOCK, &only, NULL); /* delivered now: the default action */
 }
 
+void mp_signal_resume(void) {
+  int sig = mp_tls.deferred_signal;
+  mp_tls.deferred_signal = 0;
+  mp_assert(!mp_tls.in_profiler);
+  if (sig != 0) end_with_profile(sig); /* no return */
+}
+
+/* Whether this delivery is the other half of a signal that run forwarded (see above). */
+static bool duplicate(int slot, const siginfo_t* info) {
+  if (run_pid == 0 || info == NULL) return false;
+  /* the program's own raise() or kill() (Node's handler re-raises to die by the signal) is
+   * never the other half of a pair */
+  if ((info->si_code == SI_USER || info->si_code == SI_TKILL) && info->si_pid == getpid()) return false;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+  int from_run = info->si_code == SI_USER && info->si_pid == run_pid ? 0 : 1;
+  int64_t other = atomic_load(&last_seen[slot][1 - from_run]);
+  atomic_store(&last_seen[slot][from_run], now);
+  if (other != 0 && now - other < MP_DUPLICATE_NS) {
+    atomic_store(&last_seen[slot][1 - from_run], 0); /* one pair, one signal */
+    atomic_store(&last_seen[slot][from_run], 0);
+    return true;
+  }
+  return false;
+}
+
 static void on_signal(int sig, siginfo_t* info, void* context) {
   int slot = slot_of(sig);
   struct sigaction prog;
   if (slot < 0) return;
+  int saved = errno;
+  bool twice = duplicate(slot, info);
+  errno = saved;
+  if (twice) return;
   read_view(slot, &prog);
   if (prog.sa_handler == SIG_DFL) {
     end_with_profile(sig);
@@ -153,6 +209,12 @@ __attribute__((visibility("default"))) sighandler_t signal(int sig, sighandler_t
 }
 
 void mp_signals_install(void) {
+  const char* pid = mp_getenv("MIMALLOC_PPROF_RUN_PID");
+  if (pid != NULL) {
+    pid_t p = 0;
+    for (; *pid >= '0' && *pid <= '9'; pid++) p = p * 10 + (*pid - '0');
+    if (*pid == 0 && p == getppid()) run_pid = p;
+  }
   for (unsigned i = 0; i < MANAGED; i++) {
     struct sigaction cur;
     if (__sigaction(managed[i], NULL, &cur) != 0) continue;

@@ -101,7 +101,7 @@ static void on_thread_exit(void* value) {
 #endif
     mp_arena_thread_exit();
   unregister(t);
-  t->in_profiler = guard;
+  mp_profiler_leave(t, guard);
 }
 
 /* Sends every registered thread to its slow path at its next allocation, where it sees the

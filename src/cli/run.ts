@@ -9,9 +9,9 @@
  * ends, each raw profile is symbolised here, in this process, and written next to --out.
  */
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { accessSync, constants as fsConstants, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { basename, extname, join, resolve } from 'node:path';
+import { basename, dirname, extname, join, resolve } from 'node:path';
 import { constants as osConstants } from 'node:os';
 
 import { Profile } from 'pprof-format';
@@ -22,6 +22,7 @@ import { UsageError } from '../errors.js';
 import { preloadObstacle, which } from '../native/launch.js';
 import { addonPath, libraryPath, packageRoot } from '../native/library.js';
 import { isPreloadLibrary, symbolize } from '../symbolize/index.js';
+import { isJavaScriptName } from '../symbolize/perfmap.js';
 import { encodeHeapText, encodeProfile } from '../profile/index.js';
 import { splitCommandLine, writeFileAtomic } from './args.js';
 import { humanBytes, printTop } from './top.js';
@@ -43,6 +44,9 @@ Options:
   --seed N            reproducible sampling
   --bt-max N          stack depth, 1-128 (default 64)
   --top N             rows of the printed table (default 10; 0: none)
+  --no-gc             Node: skip the full garbage collection before the exit profile
+                      (by default memory that only unreachable JavaScript objects hold,
+                      such as dropped Buffers, is not reported as in use)
   --no-profile        only run CMD on mimalloc (no profiling)
   -h, --help          this help
 `;
@@ -55,18 +59,20 @@ interface RunOptions {
   btMax: number;
   top: number;
   profile: boolean;
+  gc: boolean;
   command: string[];
 }
 
 const VALUE_OPTIONS = new Set(['--out', '--format', '--interval', '--seed', '--bt-max', '--top']);
 
 export function parseRunArgs(argv: string[]): RunOptions | 'help' {
-  const opts: RunOptions = { out: 'mimalloc-pprof.pb.gz', format: 'proto', btMax: 64, top: 10, profile: true, command: [] };
-  const split = splitCommandLine('run', argv, new Set(['--no-profile']), VALUE_OPTIONS);
+  const opts: RunOptions = { out: 'mimalloc-pprof.pb.gz', format: 'proto', btMax: 64, top: 10, profile: true, gc: true, command: [] };
+  const split = splitCommandLine('run', argv, new Set(['--no-profile', '--no-gc']), VALUE_OPTIONS);
   if (split === 'help') return 'help';
   for (const [name, value] of split.options) {
     if (value === true) {
-      opts.profile = false; // --no-profile
+      if (name === '--no-gc') opts.gc = false;
+      else opts.profile = false; // --no-profile
       continue;
     }
     switch (name) {
@@ -124,6 +130,66 @@ function withPid(out: string, pid: number): string {
   return `${out.slice(0, out.length - ext.length)}.${pid}${ext}`;
 }
 
+/** --out must be writable before the program runs: found afterwards, the profile is lost. */
+function checkOut(out: string): void {
+  const dir = dirname(resolve(out));
+  let isDir = false;
+  try {
+    isDir = statSync(dir).isDirectory();
+  } catch {
+    throw new UsageError(`run: --out ${out}: the folder ${dir} does not exist`);
+  }
+  if (!isDir) throw new UsageError(`run: --out ${out}: ${dir} is not a folder`);
+  try {
+    accessSync(dir, fsConstants.W_OK);
+  } catch {
+    throw new UsageError(`run: --out ${out}: the folder ${dir} is not writable`);
+  }
+  if (existsSync(out) && statSync(out).isDirectory()) throw new UsageError(`run: --out ${out} is a folder`);
+}
+
+/**
+ * LD_PRELOAD splits on spaces and colons and NODE_OPTIONS on spaces, with no way to quote in
+ * the first: a file whose path holds one (an install under "My Projects") is reached through a
+ * link of the same name in the run's folder. Node resolves the link for `require`, the loader
+ * loads the target: the program sees the real file.
+ */
+function unsplittable(file: string, runDir: string): string {
+  if (!/[\s:]/.test(file)) return file;
+  const link = join(runDir, basename(file));
+  if (/[\s:]/.test(link)) throw new Error(`the temporary folder ${runDir} holds a space or a colon: set TMPDIR to one without`);
+  if (!existsSync(link)) symlinkSync(file, link);
+  return link;
+}
+
+const EXIT_HOOK = join(packageRoot, 'dist', 'src', 'node', 'exit-hook.cjs');
+
+/** The signals `run` passes on to its program (it ends when they end the program). */
+const FORWARDED = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const;
+
+/**
+ * A detached shell that outlives a `run` killed by SIGKILL: it removes the run's folder and
+ * the perf maps and V8 logs of its Node processes. (The program itself dies with `run`: the preload asks
+ * for PR_SET_PDEATHSIG.) A run that ends normally removes them itself; the watchdog then
+ * finds nothing and ends within a second.
+ */
+function startWatchdog(runDir: string): void {
+  const script =
+    'while kill -0 "$1" 2>/dev/null; do sleep 1; done; ' +
+    'for f in "$2"/loaded.*; do [ -e "$f" ] || continue; p=${f##*.}; d=$(cat "$f"); rm -f "/tmp/perf-$p.map"; ' +
+    '[ -n "$d" ] && rm -f -- "$d"/isolate-0x*-"$p"-v8.log; done; rm -rf "$2"';
+  try {
+    const w = spawn('/bin/sh', ['-c', script, 'mimalloc-pprof-watchdog', String(process.pid), runDir], {
+      detached: true,
+      stdio: 'ignore',
+    });
+    w.on('error', () => undefined);
+    w.unref();
+  } catch {
+    /* no shell: only a killed run leaves its folder */
+  }
+}
+
 export async function runCommand(argv: string[]): Promise<number> {
   const parsed = parseRunArgs(argv);
   if (parsed === 'help') {
@@ -131,13 +197,17 @@ export async function runCommand(argv: string[]): Promise<number> {
     return 0;
   }
   const opts = parsed;
+  if (opts.profile) checkOut(opts.out);
   const lib = libraryPath();
   const runDir = mkdtempSync(join(tmpdir(), 'mimalloc-pprof-run-'));
+  startWatchdog(runDir);
   try {
     const env: NodeJS.ProcessEnv = { ...process.env };
     for (const k of Object.keys(env)) if (k.startsWith('MIMALLOC_PROF')) delete env[k];
-    env.LD_PRELOAD = env.LD_PRELOAD ? `${lib}:${env.LD_PRELOAD}` : lib;
+    const preload = unsplittable(lib, runDir);
+    env.LD_PRELOAD = env.LD_PRELOAD ? `${preload}:${env.LD_PRELOAD}` : preload;
     env.MIMALLOC_PPROF_RUN_DIR = runDir;
+    env.MIMALLOC_PPROF_RUN_PID = String(process.pid);
     if (opts.profile) {
       env.MIMALLOC_PROF = '1';
       env.MIMALLOC_PROF_BT_MAX = String(opts.btMax);
@@ -148,7 +218,8 @@ export async function runCommand(argv: string[]): Promise<number> {
       // Any process of the run may be Node (npx, shebang scripts, children): the options are
       // inert elsewhere. They name JIT and interpreted frames, and dump before teardown.
       env.MIMALLOC_PPROF_ADDON = addonPath();
-      const hook = join(packageRoot, 'dist', 'src', 'node', 'exit-hook.cjs');
+      if (!opts.gc) env.MIMALLOC_PPROF_NO_GC = '1';
+      const hook = unsplittable(EXIT_HOOK, runDir);
       env.NODE_OPTIONS = [env.NODE_OPTIONS, '--perf-basic-prof', '--interpreted-frames-native-stack', `--require=${hook}`]
         .filter(Boolean)
         .join(' ');
@@ -160,30 +231,43 @@ export async function runCommand(argv: string[]): Promise<number> {
       process.stderr.write(`mimalloc-pprof: ${cmd}: command not found\n`);
       return 127;
     }
+    try {
+      accessSync(file, fsConstants.X_OK);
+    } catch {
+      process.stderr.write(`mimalloc-pprof: ${cmd}: permission denied (not executable)\n`);
+      return 126; // as a shell says it
+    }
     const obstacle = preloadObstacle(file);
     if (obstacle) process.stderr.write(`mimalloc-pprof: warning: ${obstacle}\n`);
 
     const child = spawn(file, args, { stdio: 'inherit', env, argv0: cmd });
-    const forward = (signal: NodeJS.Signals) => () => {
-      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
-    };
-    const onInt = forward('SIGINT');
-    const onTerm = forward('SIGTERM');
-    process.on('SIGINT', onInt);
-    process.on('SIGTERM', onTerm);
-    const [code, signal] = await new Promise<[number | null, NodeJS.Signals | null]>((done, fail) => {
-      child.once('error', fail);
+    // Passed on, so that `kill -INT <run>` and a container's SIGTERM reach the program; a
+    // Ctrl-C that reaches both is delivered to the program once (native/src/signals.c).
+    const forwarders = FORWARDED.map((signal) => {
+      const forward = () => {
+        if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      };
+      process.on(signal, forward);
+      return [signal, forward] as const;
+    });
+    const ended = await new Promise<[number | null, NodeJS.Signals | null] | Error>((done) => {
+      child.once('error', (e) => done(e));
       child.once('exit', (c, s) => done([c, s]));
     });
-    process.removeListener('SIGINT', onInt);
-    process.removeListener('SIGTERM', onTerm);
+    for (const [signal, forward] of forwarders) process.removeListener(signal, forward);
+    if (ended instanceof Error) {
+      const code = (ended as NodeJS.ErrnoException).code;
+      process.stderr.write(`mimalloc-pprof: ${cmd}: ${ended.message}\n`);
+      return code === 'ENOENT' ? 127 : 126;
+    }
+    const [code, signal] = ended;
     const status = code ?? 128 + (osConstants.signals[signal ?? 'SIGTERM'] ?? 15);
     const mainPid = child.pid ?? -1;
 
     const pids = readdirSync(runDir)
       .map((f) => /^loaded\.(\d+)$/.exec(f)?.[1])
       .filter((p): p is string => p !== undefined);
-    if (opts.profile) removeV8Logs(pids);
+    if (opts.profile) removeV8Logs(runDir, pids);
     const loaded = pids.includes(String(mainPid));
     if (!loaded) {
       process.stderr.write(
@@ -201,7 +285,7 @@ export async function runCommand(argv: string[]): Promise<number> {
       .map((m) => Number(m[1]))
       .sort((a, b) => (a === mainPid ? -1 : b === mainPid ? 1 : a - b));
     if (raws.length === 0) {
-      process.stderr.write(`mimalloc-pprof: no profile was written (did ${cmd} end by SIGKILL?)\n`);
+      process.stderr.write(`mimalloc-pprof: no profile was written: ${whyNoProfile(cmd, code, signal)}\n`);
       return status;
     }
     for (const pid of raws) {
@@ -235,6 +319,19 @@ export async function runCommand(argv: string[]): Promise<number> {
   }
 }
 
+/** The closing message when a run left no profile, naming the cause that fits the ending. */
+function whyNoProfile(cmd: string, code: number | null, signal: NodeJS.Signals | null): string {
+  if (signal === 'SIGKILL') return `${cmd} was killed by SIGKILL, which no program can catch`;
+  if (signal !== null) {
+    const core = ['SIGSEGV', 'SIGBUS', 'SIGABRT', 'SIGFPE', 'SIGILL', 'SIGTRAP', 'SIGSYS'].includes(signal);
+    return `${cmd} was ended by ${signal}${core ? ' (a crash: its default action dumps core, where core dumps are on)' : ''}, which the profiler does not catch`;
+  }
+  return (
+    `${cmd} exited with status ${code} without running its exit handlers (_exit, or a crash of its own handling), ` +
+    'or it replaced itself (exec) with a program the preload cannot reach (static or setuid)'
+  );
+}
+
 /**
  * The JavaScript functions under which native memory is in use (cumulative, each function
  * once per sample): the question a Node user came with, which a flat top by native leaf
@@ -244,10 +341,11 @@ function printJavaScriptCallers(profile: Profile, n: number, out: { write(s: str
   const str = (i: number | bigint) => profile.stringTable.strings[Number(i)] ?? '';
   const types = profile.sampleType.map((t) => str(t.type));
   const inuse = types.indexOf('inuse_space');
-  // the program's own code: Node's internals (node:…) are the same for every program
+  // the program's own code: Node's internals (node:…) are the same for every program, and the
+  // exit hook's loading of the addon is the profiler's
   const jsFunctions = new Map(
     profile.function
-      .filter((f) => str(f.systemName).startsWith('JS:') && !str(f.filename).startsWith('node:'))
+      .filter((f) => isJavaScriptName(str(f.systemName)) && !str(f.filename).startsWith('node:') && str(f.filename) !== EXIT_HOOK)
       .map((f) => [Number(f.id), f]),
   );
   if (inuse < 0 || jsFunctions.size === 0) return;
@@ -282,13 +380,33 @@ function printJavaScriptCallers(profile: Profile, n: number, out: { write(s: str
 /**
  * V8 11 (Node 20) writes an isolate-<address>-<pid>-v8.log into the working directory
  * whenever --perf-basic-prof is on, and its --logfile cannot be set through NODE_OPTIONS:
- * remove the logs of the run's own processes, which the user did not ask for.
+ * remove the logs of the run's own processes, which the user did not ask for, in each one's
+ * working directory (its loaded.<pid> marker holds it), and the perf maps of those whose
+ * profile was not read (a process killed before it could write one).
  */
-function removeV8Logs(pids: readonly string[]): void {
+function removeV8Logs(runDir: string, pids: readonly string[]): void {
   const wanted = new Set(pids);
-  for (const f of readdirSync(process.cwd())) {
-    const pid = /^isolate-0x[0-9a-f]+-(\d+)-v8\.log$/.exec(f)?.[1];
-    if (pid !== undefined && wanted.has(pid)) rmSync(join(process.cwd(), f), { force: true });
+  const dirs = new Set([process.cwd()]);
+  for (const pid of pids) {
+    try {
+      const cwd = readFileSync(join(runDir, `loaded.${pid}`), 'utf8');
+      if (cwd.startsWith('/')) dirs.add(cwd);
+    } catch {
+      /* no marker text: the run's own directory only */
+    }
+    if (!existsSync(join(runDir, `raw.${pid}.pb`))) rmSync(`/tmp/perf-${pid}.map`, { force: true });
+  }
+  for (const dir of dirs) {
+    let names: string[] = [];
+    try {
+      names = readdirSync(dir);
+    } catch {
+      continue;
+    }
+    for (const f of names) {
+      const pid = /^isolate-0x[0-9a-f]+-(\d+)-v8\.log$/.exec(f)?.[1];
+      if (pid !== undefined && wanted.has(pid)) rmSync(join(dir, f), { force: true });
+    }
   }
 }
 

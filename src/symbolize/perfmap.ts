@@ -112,8 +112,29 @@ export function parsePerfName(raw: string): Pick<PerfSymbol, 'name' | 'file' | '
   else if (marker === '*' || marker === '+') kind = 'optimized';
   if (kind !== 'other') body = body.slice(1);
   const m = JS_BODY.exec(body);
-  if (!m) return { name: body || '(anonymous)', file: '', line: 0, column: 0, kind, tag };
-  return { name: m[1] || '(anonymous)', file: scriptPath(m[2]!), line: Number(m[3]), column: Number(m[4]), kind, tag };
+  if (!m) return { name: body || unnamed(tag), file: '', line: 0, column: 0, kind, tag };
+  const line = Number(m[3]);
+  const column = Number(m[4]);
+  return { name: m[1] || unnamed(tag, line, column), file: scriptPath(m[2]!), line, column, kind, tag };
+}
+
+/**
+ * The name of a JavaScript frame without one. V8 tags a script's or module's top-level code
+ * `Script:` while it is interpreted, but `JS:` with an empty name once it is compiled on the
+ * stack (a long top-level loop), and a CommonJS module's top level is the unnamed wrapper
+ * function: an unnamed function that starts at 1:1 is the file's top level either way (a
+ * function literal of its own cannot start there unnamed).
+ */
+function unnamed(tag: string, line = 0, column = 0): string {
+  if (tag === 'Eval') return '(eval)';
+  return tag === 'Script' || (line === 1 && column === 1) ? '(top level)' : '(anonymous)';
+}
+
+/** Whether a perf-map NAME (a function's system name after symbolisation) is JavaScript code:
+ * a function, or a script's, module's or eval's top-level code. */
+export function isJavaScriptName(raw: string): boolean {
+  const colon = raw.indexOf(':');
+  return colon > 0 && JS_TAGS.has(raw.slice(0, colon));
 }
 
 function scriptPath(script: string): string {

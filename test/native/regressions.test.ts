@@ -253,6 +253,35 @@ test('positive control: without the reentrancy guard (MP_TEST_SKIP_REENTRY_GUARD
   assert.equal(hung, true);
 });
 
+/** Ends of `runs` runs of a program SIGTERMed while nearly always inside the profiler, and
+ * how many left a complete profile. */
+function signalInProfiler(lib: string, runs: number, env: Record<string, string> = {}): { ends: string[]; profiles: number } {
+  const bin = build('signal_in_profiler', ['-pthread']);
+  const ends: string[] = [];
+  let profiles = 0;
+  for (let i = 0; i < runs; i++) {
+    const out = join(tempDir(), 'p.heap');
+    const r = runUnder(lib, bin, [], { MIMALLOC_PROF: '1', MIMALLOC_PROF_SAMPLE_INTERVAL: '1', MIMALLOC_PROF_DUMP_AT_EXIT: out, ...env }, 10_000);
+    ends.push(r.timedOut ? 'hung' : (r.signal ?? `status ${r.status}`));
+    if (existsSync(out) && /^heap profile:/.test(readFileSync(out, 'utf8')) && /MAPPED_LIBRARIES:/.test(readFileSync(out, 'utf8'))) profiles++;
+  }
+  return { ends, profiles };
+}
+
+test('SIGTERM landing inside the profiler: the process ends by SIGTERM and its profile is written, every time (8 runs)', (t) => {
+  const { ends, profiles } = signalInProfiler(libDir, 8);
+  t.diagnostic(`ends: ${ends.join(', ')}; profiles: ${profiles}`);
+  assert.deepEqual(ends, Array(8).fill('SIGTERM'));
+  assert.equal(profiles, 8);
+});
+
+test('positive control: without the deferral (MP_TEST_NO_SIGNAL_DEFER=1) runs end without a profile', (t) => {
+  const { ends, profiles } = signalInProfiler(buildTestHooks(), 8, { MP_TEST_NO_SIGNAL_DEFER: '1' });
+  t.diagnostic(`ends: ${ends.join(', ')}; profiles: ${profiles}`);
+  assert.deepEqual(ends, Array(8).fill('SIGTERM'));
+  assert.ok(profiles < 8, `${profiles} of 8 runs wrote a profile`);
+});
+
 /** Runs the fork loop under run's environment, sends SIGTERM after `delayMs`, and reports
  * how it ended (null when it had not ended 10 s later; it is then killed). */
 function sigtermDuringFork(lib: string, delayMs: number, env: Record<string, string> = {}): Promise<string | null> {

@@ -156,6 +156,25 @@ describe('run on other kinds of programs', () => {
     assert.equal(failing.status, 7);
   });
 
+  test('top-level ES-module code owns its allocations: 20 MiB under (top level) of app.mjs within 4 sigma and 10 %', () => {
+    const dir = tempDir();
+    const app = join(dir, 'app.mjs');
+    const size = 65536;
+    const count = 320; // 20 MiB
+    writeFileSync(app, `globalThis.kept = [];\nfor (let i = 0; i < ${count}; i++) globalThis.kept.push(Buffer.allocUnsafeSlow(${size}));\n`);
+    const out = join(dir, 'esm.pb.gz');
+    const r = mpp(['run', '--interval', '32k', '--seed', '5', '--out', out, '--', 'node', app], {}, dir);
+    assert.equal(r.status, 0, r.stderr);
+    const { samples } = decode(out);
+    const got = samples.filter((s) => s.names.some((n, i) => n === '(top level)' && s.files[i] === app)).reduce((a, s) => a + s.inuse, 0);
+    const retained = size * count;
+    // Horvitz-Thompson: each block's variance is s^2 (w - 1), w = 1/p
+    const sigma = Math.sqrt(count * size * size * (weight(size, 32768) - 1));
+    assert.ok(4 * sigma <= 0.1 * retained, 'the workload supports a 10 % claim');
+    assert.ok(Math.abs(got - retained) <= 4 * sigma, `${got} under app.mjs top level vs ${retained} (4 sigma ${(4 * sigma).toFixed(0)})`);
+    assert.match(r.stderr, new RegExp(`\\(top level\\) ${app.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:1`), 'the JavaScript table names the module');
+  });
+
   test('npx-launched node and a node-shebang script are profiled, JavaScript named', () => {
     const dir = tempDir();
     const script = join(dir, 'tool');

@@ -1,0 +1,361 @@
+/**
+ * `run` is invisible to the program it runs: signals end it as they would without `run`
+ * (status 128+N, a profile still written), the program's own handlers keep working, Ctrl-C
+ * reaches it once, a killed `run` takes its program with it and leaves no files, and errors
+ * are the shell's (126, 127) or found before the program starts (--out).
+ */
+import assert from 'node:assert/strict';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { chmodSync, copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import { gunzipSync } from 'node:zlib';
+
+import { Profile } from 'pprof-format';
+
+import { root, run, tempDir } from '../helpers.js';
+
+const cli = join(root, 'dist', 'src', 'cli', 'bin.js');
+
+/** The in-use bytes of the samples whose stack names `fn` (any fn when omitted). */
+function inuseOf(path: string, fn?: string): number {
+  const p = Profile.decode(gunzipSync(readFileSync(path)));
+  const str = (i: number | bigint) => p.stringTable.strings[Number(i)] ?? '';
+  const col = p.sampleType.findIndex((t) => str(t.type) === 'inuse_space');
+  const fnName = new Map(p.function.map((f) => [Number(f.id), str(f.name)]));
+  const loc = new Map(p.location.map((l) => [Number(l.id), l]));
+  let total = 0;
+  for (const s of p.sample) {
+    const names = s.locationId.flatMap((id) => loc.get(Number(id))?.line.map((l) => fnName.get(Number(l.functionId))) ?? []);
+    if (fn === undefined || names.includes(fn)) total += Number(s.value[col]);
+  }
+  return total;
+}
+
+interface Started {
+  child: ChildProcess;
+  stdout: () => string;
+  stderr: () => string;
+  ended: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+/** `run` in its own process group (as a shell starts a foreground job), once CMD printed "ready". */
+async function startRun(args: string[], cwd: string, env: NodeJS.ProcessEnv = process.env): Promise<Started> {
+  const child = spawn(process.execPath, [cli, 'run', ...args], { cwd, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  child.stderr!.on('data', (d) => (err += d));
+  // A run that does not end within 30 s fails the test (and is killed by its finally).
+  const ended = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((done, fail) => {
+    child.on('exit', (code, signal) => done({ code, signal }));
+    setTimeout(() => fail(new Error(`run did not end within 30 s of the test's start: ${err}`)), 30_000).unref();
+  });
+  ended.catch(() => undefined);
+  await new Promise<void>((ready, fail) => {
+    const timer = setTimeout(() => fail(new Error(`not ready after 60 s: ${err}`)), 60_000);
+    child.stdout!.on('data', (d) => {
+      out += d;
+      if (out.includes('ready')) {
+        clearTimeout(timer);
+        ready();
+      }
+    });
+    ended.then(() => fail(new Error(`run ended before CMD was ready: ${err}`)), () => undefined);
+  });
+  return { child, stdout: () => out, stderr: () => err, ended };
+}
+
+/** Ends a test's run whatever happened (a failing assertion must not leave a busy loop). */
+function killGroup(s: Started): void {
+  try {
+    process.kill(-s.child.pid!, 'SIGKILL');
+  } catch {
+    /* gone */
+  }
+}
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+async function waitFor(what: string, ok: () => boolean, ms = 10_000): Promise<void> {
+  const until = Date.now() + ms;
+  while (!ok()) {
+    if (Date.now() > until) throw new Error(`${what}: not after ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** A Node program that holds 8 MiB under hold8() and then spins: no JavaScript runs after it. */
+const BUSY_NODE = "function hold8(){globalThis.k=Buffer.allocUnsafeSlow(8<<20)} hold8(); console.log('ready'); for(;;){}";
+
+function cProgram(dir: string, name: string, body: string): string {
+  const src = join(dir, `${name}.c`);
+  writeFileSync(
+    src,
+    '#include <signal.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <unistd.h>\n' +
+      '__attribute__((noinline)) void hold8(void){static void* volatile p; p = malloc(8<<20); memset(p, 1, 4096);}\n' +
+      body,
+  );
+  const bin = join(dir, name);
+  const cc = run('cc', ['-g', '-O1', src, '-o', bin]);
+  assert.equal(cc.status, 0, cc.stderr);
+  return bin;
+}
+
+/** What the working directory and /tmp hold of the run afterwards, beyond `expected`. */
+function leftovers(dir: string, expected: string[], pids: number[]): string[] {
+  const extra = readdirSync(dir).filter((f) => !expected.includes(f));
+  for (const pid of pids) if (existsSync(`/tmp/perf-${pid}.map`)) extra.push(`/tmp/perf-${pid}.map`);
+  return extra;
+}
+
+describe('signals end the program as they would without run, and the profile is written', () => {
+  test('Ctrl-C (SIGINT to the foreground group) ends a busy Node program: status 130, its 8 MiB in the profile, nothing left behind', async () => {
+    const dir = tempDir();
+    const s = await startRun(['--interval', '64k', '--out', 'int.pb.gz', '--', 'node', '-e', BUSY_NODE], dir);
+    try {
+      process.kill(-s.child.pid!, 'SIGINT'); // run and node both receive it, as from a terminal
+      const { code } = await s.ended;
+      assert.equal(code, 130, s.stderr());
+      assert.ok(inuseOf(join(dir, 'int.pb.gz'), 'hold8') >= 4 << 20, s.stderr());
+      assert.deepEqual(leftovers(dir, ['int.pb.gz'], []), []);
+      assert.doesNotMatch(s.stderr(), /internal error|did .* end by/);
+    } finally {
+      killGroup(s);
+    }
+  });
+
+  test('SIGTERM to run ends a busy Node program by SIGTERM (143), profile written', async () => {
+    const dir = tempDir();
+    const s = await startRun(['--interval', '64k', '--out', 'term.pb.gz', '--', 'node', '-e', BUSY_NODE], dir);
+    try {
+      s.child.kill('SIGTERM');
+      assert.equal((await s.ended).code, 143, s.stderr());
+      assert.ok(inuseOf(join(dir, 'term.pb.gz'), 'hold8') >= 4 << 20, s.stderr());
+    } finally {
+      killGroup(s);
+    }
+  });
+
+  test('SIGHUP and SIGQUIT to run end a C program by that signal (129, 131), profile written', async () => {
+    const dir = tempDir();
+    const bin = cProgram(dir, 'waiter', 'int main(void){hold8(); puts("ready"); fflush(stdout); for(;;) pause();}\n');
+    for (const [signal, status] of [['SIGHUP', 129], ['SIGQUIT', 131]] as const) {
+      const out = `${signal}.pb.gz`;
+      const s = await startRun(['--interval', '64k', '--out', out, '--', bin], dir);
+      try {
+        s.child.kill(signal);
+        assert.equal((await s.ended).code, status, `${signal}: ${s.stderr()}`);
+        assert.ok(inuseOf(join(dir, out), 'hold8') >= 4 << 20, `${signal}: ${s.stderr()}`);
+      } finally {
+        killGroup(s);
+      }
+    }
+  });
+
+  test('a Node program that SIGTERMs itself ends by SIGTERM (143), as without run', () => {
+    const dir = tempDir();
+    const r = spawnSync(process.execPath, [cli, 'run', '--out', 'self.pb.gz', '--', 'node', '-e', "process.kill(process.pid, 'SIGTERM'); setTimeout(()=>{}, 5000)"], {
+      cwd: dir,
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+    const plain = spawnSync('node', ['-e', "process.kill(process.pid, 'SIGTERM'); setTimeout(()=>{}, 5000)"], { timeout: 60_000 });
+    assert.equal(plain.signal, 'SIGTERM', 'control: without run the program ends by SIGTERM');
+    assert.equal(r.status, 143, r.stderr);
+    assert.ok(existsSync(join(dir, 'self.pb.gz')), r.stderr);
+  });
+
+  test("the program's own SIGINT handler runs (and decides the status); the exit profile is written", async () => {
+    const dir = tempDir();
+    const program = "process.on('SIGINT', () => { console.log('handled'); process.exit(3); }); console.log('ready'); setInterval(() => {}, 1000);";
+    const s = await startRun(['--interval', '64k', '--out', 'own.pb.gz', '--', 'node', '-e', program], dir);
+    try {
+      s.child.kill('SIGINT');
+      assert.equal((await s.ended).code, 3, s.stderr());
+      assert.match(s.stdout(), /handled/);
+      assert.ok(existsSync(join(dir, 'own.pb.gz')), s.stderr());
+    } finally {
+      killGroup(s);
+    }
+  });
+
+  test('Ctrl-C reaches the program once although run also passes SIGINT on (and a SIGINT sent to run alone still arrives)', async () => {
+    const dir = tempDir();
+    // Counts SIGINTs for a second after the first, then exits with the count.
+    const bin = cProgram(
+      dir,
+      'counter',
+      'static volatile sig_atomic_t n;\nstatic void on_int(int s){(void)s; n++;}\n' +
+        'int main(void){signal(SIGINT, on_int); hold8(); puts("ready"); fflush(stdout);\n' +
+        '  while(n == 0) pause(); sleep(1); return n;}\n',
+    );
+    const group = await startRun(['--out', 'group.pb.gz', '--', bin], dir);
+    try {
+      process.kill(-group.child.pid!, 'SIGINT');
+      assert.equal((await group.ended).code, 1, `one SIGINT counted: ${group.stderr()}`);
+    } finally {
+      killGroup(group);
+    }
+    const alone = await startRun(['--out', 'alone.pb.gz', '--', bin], dir);
+    try {
+      alone.child.kill('SIGINT');
+      assert.equal((await alone.ended).code, 1, `forwarded: ${alone.stderr()}`);
+    } finally {
+      killGroup(alone);
+    }
+    // positive control: two SIGINTs from elsewhere within the window are both delivered
+    const twice = await startRun(['--out', 'twice.pb.gz', '--', bin], dir);
+    try {
+      const pid = findChild(twice.child.pid!);
+      process.kill(pid, 'SIGINT');
+      await new Promise((r) => setTimeout(r, 20));
+      process.kill(pid, 'SIGINT');
+      assert.equal((await twice.ended).code, 2, `control: ${twice.stderr()}`);
+    } finally {
+      killGroup(twice);
+    }
+  });
+
+  test('the closing line names how a program without a profile ended (SIGSEGV here), status 139', () => {
+    const dir = tempDir();
+    const r = spawnSync(process.execPath, [cli, 'run', '--', 'node', '-e', "process.kill(process.pid, 'SIGSEGV')"], { cwd: dir, encoding: 'utf8', timeout: 60_000 });
+    assert.equal(r.status, 139, r.stderr);
+    assert.match(r.stderr, /no profile was written: node was ended by SIGSEGV \(a crash/);
+    assert.doesNotMatch(r.stderr, /SIGKILL/);
+  });
+});
+
+/** The pid of `run`'s child (the program), from /proc. */
+function findChild(runPid: number): number {
+  const kids = readFileSync(`/proc/${runPid}/task/${runPid}/children`, 'utf8').trim().split(/\s+/).map(Number);
+  const program = kids.find((k) => !readFileSync(`/proc/${k}/cmdline`, 'utf8').includes('mimalloc-pprof-watchdog'));
+  assert.ok(program !== undefined, `run ${runPid} has a program child: ${kids.join(' ')}`);
+  return program;
+}
+
+describe('a killed run takes its program with it and leaves nothing', () => {
+  test('SIGKILL to run: the Node program dies, the run folder and the perf map are removed', async () => {
+    const dir = tempDir();
+    const before = new Set(readdirSync(tmpdir()).filter((f) => f.startsWith('mimalloc-pprof-run-')));
+    const s = await startRun(['--out', 'killed.pb.gz', '--', 'node', '-e', BUSY_NODE], dir);
+    try {
+      const program = findChild(s.child.pid!);
+      const runDirs = readdirSync(tmpdir()).filter((f) => f.startsWith('mimalloc-pprof-run-') && !before.has(f));
+      assert.equal(runDirs.length, 1, runDirs.join(' '));
+      assert.ok(existsSync(`/tmp/perf-${program}.map`), 'control: the program has a perf map while it runs');
+      s.child.kill('SIGKILL');
+      await s.ended;
+      await waitFor('the program dies with run', () => !alive(program) || readFileSync(`/proc/${program}/stat`, 'utf8').includes(') Z'));
+      await waitFor('the watchdog removes the run folder and the perf map', () => !existsSync(join(tmpdir(), runDirs[0]!)) && !existsSync(`/tmp/perf-${program}.map`));
+      assert.deepEqual(leftovers(dir, [], []), []);
+    } finally {
+      killGroup(s);
+    }
+  });
+});
+
+describe("errors are found before the program runs, with a shell's statuses", () => {
+  test('--out in a missing folder: status 2 and one line, and the program never started', () => {
+    const dir = tempDir();
+    const r = spawnSync(process.execPath, [cli, 'run', '--out', join(dir, 'missing', 'p.pb.gz'), '--', 'touch', join(dir, 'ran')], { encoding: 'utf8' });
+    assert.equal(r.status, 2, r.stderr);
+    assert.match(r.stderr, /--out .*: the folder .*missing does not exist/);
+    assert.equal(existsSync(join(dir, 'ran')), false, 'the program did not run');
+    const ok = spawnSync(process.execPath, [cli, 'run', '--out', join(dir, 'p.pb.gz'), '--', 'touch', join(dir, 'ran')], { encoding: 'utf8' });
+    assert.equal(ok.status, 0, `control: a writable folder runs it: ${ok.stderr}`);
+    assert.ok(existsSync(join(dir, 'ran')));
+  });
+
+  test('a command that is not executable gives 126, one that does not exist 127, as sh does', () => {
+    const dir = tempDir();
+    const plain = join(dir, 'not-executable');
+    writeFileSync(plain, 'echo hi\n');
+    chmodSync(plain, 0o644);
+    const r = spawnSync(process.execPath, [cli, 'run', '--', plain], { encoding: 'utf8' });
+    const sh = spawnSync('sh', ['-c', `'${plain}'`]);
+    assert.equal(sh.status, 126, 'control: the shell says 126');
+    assert.equal(r.status, 126, r.stderr);
+    assert.match(r.stderr, /permission denied/);
+    assert.doesNotMatch(r.stderr, /internal error/);
+    const missing = spawnSync(process.execPath, [cli, 'run', '--', 'no-such-command-here'], { encoding: 'utf8' });
+    assert.equal(missing.status, 127, missing.stderr);
+  });
+});
+
+describe('paths and working directories', () => {
+  test('an install path with a space: the program runs unchanged and is profiled', () => {
+    const base = join(tempDir(), 'My Projects', 'mimalloc pprof');
+    mkdirSync(base, { recursive: true });
+    cpSync(join(root, 'dist'), join(base, 'dist'), { recursive: true });
+    copyFileSync(join(root, 'package.json'), join(base, 'package.json'));
+    symlinkSync(join(root, 'node_modules'), join(base, 'node_modules'));
+    symlinkSync(join(root, 'build'), join(base, 'build'));
+    const env = { ...process.env };
+    if (env.MIMALLOC_PPROF_LIB) {
+      // another build under test (mimalloc 3): reached through the spaced path too
+      copyFileSync(env.MIMALLOC_PPROF_LIB, join(base, 'lib under test.so'));
+      env.MIMALLOC_PPROF_LIB = join(base, 'lib under test.so');
+    }
+    const spacedLib = env.MIMALLOC_PPROF_LIB ?? join(base, 'build', 'libmimalloc-pprof.so');
+    const plain = spawnSync(process.execPath, ['-e', 'console.log(1)'], { env: { ...process.env, LD_PRELOAD: spacedLib }, encoding: 'utf8' });
+    assert.match(plain.stderr, /cannot be preloaded/, 'control: LD_PRELOAD alone splits the path on its space');
+    const dir = tempDir();
+    const r = spawnSync(
+      process.execPath,
+      [join(base, 'dist', 'src', 'cli', 'bin.js'), 'run', '--interval', '64k', '--out', 'space.pb.gz', '--', 'node', '-e', "function hold8(){globalThis.k=Buffer.allocUnsafeSlow(8<<20)} hold8(); console.log('ok')"],
+      { cwd: dir, env, encoding: 'utf8', timeout: 60_000 },
+    );
+    assert.equal(r.status, 0, r.stderr);
+    assert.equal(r.stdout.trim(), 'ok');
+    assert.doesNotMatch(r.stderr, /MODULE_NOT_FOUND|Cannot find module|did not take effect|static or setuid/);
+    assert.ok(inuseOf(join(dir, 'space.pb.gz'), 'hold8') >= 4 << 20, r.stderr);
+    assert.deepEqual(leftovers(dir, ['space.pb.gz'], []), []);
+  });
+
+  test('a Node child with another working directory leaves no V8 log there', () => {
+    const dir = tempDir();
+    const sub = join(dir, 'sub');
+    mkdirSync(sub);
+    const parent = `require('node:child_process').execFileSync(process.execPath, ['-e', 'globalThis.k=Buffer.alloc(1<<20)'], { cwd: ${JSON.stringify(sub)}, stdio: 'inherit' })`;
+    const r = spawnSync(process.execPath, [cli, 'run', '--top', '0', '--out', 'tree.pb.gz', '--', 'node', '-e', parent], { cwd: dir, encoding: 'utf8', timeout: 60_000 });
+    assert.equal(r.status, 0, r.stderr);
+    assert.deepEqual(readdirSync(sub), []);
+    assert.deepEqual(readdirSync(dir).filter((f) => f.startsWith('isolate-')), []);
+  });
+});
+
+describe('the exit profile of a Node process shows what is retained', () => {
+  // 8 MiB that the program keeps and 8 MiB it dropped; nothing in between triggers a collection
+  const program =
+    'function hold8(){globalThis.k=Buffer.allocUnsafeSlow(8<<20)} function drop8(){let g=Buffer.allocUnsafeSlow(8<<20); g[0]=1; g=null} hold8(); drop8();';
+  const profileOf = (extra: string[]) => {
+    const dir = tempDir();
+    const r = spawnSync(process.execPath, [cli, 'run', ...extra, '--interval', '64k', '--top', '0', '--out', 'gc.pb.gz', '--', 'node', '-e', program], {
+      cwd: dir,
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+    assert.equal(r.status, 0, r.stderr);
+    return { held: inuseOf(join(dir, 'gc.pb.gz'), 'hold8'), dropped: inuseOf(join(dir, 'gc.pb.gz'), 'drop8') };
+  };
+
+  test('a full collection runs before the dump: dropped Buffers are gone, kept ones stay', () => {
+    const { held, dropped } = profileOf([]);
+    assert.ok(held >= 6 << 20, `kept: ${held}`);
+    assert.equal(dropped, 0);
+  });
+
+  test('positive control: --no-gc shows the dropped Buffer too', () => {
+    const { held, dropped } = profileOf(['--no-gc']);
+    assert.ok(held >= 6 << 20, `kept: ${held}`);
+    assert.ok(dropped >= 6 << 20, `dropped: ${dropped}`);
+  });
+});
