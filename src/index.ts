@@ -1,4 +1,4 @@
-export { libraryPath, LIBRARY_FILE } from './native/library.js';
+export { libraryPath, LIBRARY_FILE } from './preload/library.js';
 export {
   MimallocPprofError,
   LibraryMissingError,

@@ -5,7 +5,7 @@ import { existsSync, mkdirSync, mkdtempSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import { libraryPath, packageRoot } from '../src/native/library.js';
+import { libraryPath, packageRoot } from '../src/preload/library.js';
 import { libDir, testBuildRoot } from './mimalloc.js';
 
 export const root = packageRoot;

@@ -6,7 +6,7 @@
 import { spawnSync } from 'node:child_process';
 import { dirname, join } from 'node:path';
 
-import { libraryPath, packageRoot } from '../src/native/library.js';
+import { libraryPath, packageRoot } from '../src/preload/library.js';
 
 const prefix = process.env.MIMALLOC_PPROF_TEST_PREFIX ?? '';
 

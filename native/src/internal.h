@@ -99,6 +99,7 @@ bool mp_test_hook(const char* name);
 size_t mp_fmt_u64(char* buf, uint64_t v);            /* decimal, returns length, no NUL */
 size_t mp_fmt_hex(char* buf, uint64_t v);            /* lowercase, no 0x, no NUL */
 size_t mp_strlen(const char* s);
+uint64_t mp_peak_rss(void); /* VmHWM in bytes, 0 when unknown */
 void mp_write_stderr(const char* msg);              /* "mimalloc-pprof: " prefix added */
 void mp_warnf2(const char* a, const char* b, const char* c); /* concatenation, one line */
 /* Expands "%p" to the pid into out (cap bytes). False if it does not fit. */
@@ -132,8 +133,11 @@ typedef struct mp_thread_s {
   bool has_ordinal;
   bool in_profiler;     /* reentrancy guard */
   bool exiting;         /* its key destructor ran: no more samples on this thread */
-  /* A signal that was to end the process arrived while this thread was inside the profiler
-   * (it may hold a table lock): acted on when the thread leaves (mp_profiler_leave). */
+  /* Inside one of the sampler's sections (an allocation's or free's slow path): short, and
+   * waiting at most for a table shard that another thread holds for a bounded time. */
+  volatile bool in_sample;
+  /* A signal that was to end the process arrived while this thread was in a sampler section
+   * (it may hold a table lock): acted on when the thread leaves it (mp_profiler_leave). */
   volatile int deferred_signal;
   bool registered;      /* on the registry (thread.c) */
   struct mp_thread_s* next; /* the registry's links, under its lock */

@@ -99,7 +99,9 @@ const char* mp_run_dir(void) {
 
 /* Under `mimalloc-pprof run`, leave <dir>/loaded.<pid>: the proof that the preload took
  * effect in this process, which ld.so would otherwise skip silently. It holds the process's
- * working directory, where V8 may leave its logs for run to remove. */
+ * working directory (a line: where V8 may leave its logs for run to remove), its parent's pid
+ * (a line) and its command line (the rest, arguments ended by NUL), for run's summary. An
+ * exec'ed image writes it again: the last image is the one whose profile run reads. */
 static void mark_loaded(void) {
   const char* dir = mp_run_dir();
   if (dir == NULL) return;
@@ -112,31 +114,73 @@ static void mark_loaded(void) {
   n += mp_fmt_u64(path + n, (uint64_t)getpid());
   path[n] = 0;
   int saved = errno;
-  int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd >= 0) {
-    char cwd[4096];
-    if (getcwd(cwd, sizeof(cwd)) != NULL && write(fd, cwd, mp_strlen(cwd)) < 0) { /* nothing to do */ }
+    char buf[8192];
+    size_t len = 0;
+    if (getcwd(buf, 4096) != NULL) len = mp_strlen(buf);
+    buf[len++] = '\n';
+    len += mp_fmt_u64(buf + len, (uint64_t)getppid());
+    buf[len++] = '\n';
+    int cmd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (cmd >= 0) {
+      ssize_t got = read(cmd, buf + len, sizeof(buf) - len);
+      if (got > 0) len += (size_t)got;
+      close(cmd);
+    }
+    if (write(fd, buf, len) < 0) { /* nothing to do: run then knows only the pid */ }
     close(fd);
   }
   errno = saved;
+}
+
+/* `run`'s pid (MIMALLOC_PPROF_RUN_PID), 0 when not under run. */
+static pid_t run_pid(void) {
+  const char* s = mp_getenv("MIMALLOC_PPROF_RUN_PID");
+  pid_t run = 0;
+  if (s == NULL) return 0;
+  for (; *s >= '0' && *s <= '9'; s++) run = run * 10 + (*s - '0');
+  return *s == 0 ? run : 0;
+}
+
+static bool main_only(void) {
+  const char* on = mp_getenv("MIMALLOC_PPROF_MAIN_ONLY");
+  return on != NULL && on[0] == '1';
 }
 
 /* Under `mimalloc-pprof run`, the program it started dies with it: a run that is itself killed
  * (SIGKILL, a crash) must not leave its program running orphaned. Only the process whose
  * parent is run (its children have their own parents). */
 static void die_with_run(void) {
-  const char* s = mp_getenv("MIMALLOC_PPROF_RUN_PID");
-  if (s == NULL || mp_run_dir() == NULL) return;
-  pid_t run = 0;
-  for (; *s >= '0' && *s <= '9'; s++) run = run * 10 + (*s - '0');
-  if (*s != 0 || run <= 1 || run != getppid()) return;
+  pid_t run = run_pid();
+  if (mp_run_dir() == NULL || run <= 1 || run != getppid()) return;
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != run) raise(SIGKILL); /* run died before the request took */
+}
+
+/* `run --main-only`: the process run started keeps the preload, its children do not get it:
+ * LD_PRELOAD goes back to what it was before run (MIMALLOC_PPROF_LD_PRELOAD, possibly empty).
+ * A program that hands its children the environment it started with rather than `environ`
+ * (bash) still passes the preload on: there the child sees that its parent is not run and
+ * stays inert (mimalloc, no profile, no marker; mp_load). Called inside the profiler (setenv
+ * allocates). */
+static void preload_main_only(void) {
+  if (!main_only()) return;
+  const char* before = mp_getenv("MIMALLOC_PPROF_LD_PRELOAD");
+  if (before != NULL && before[0] != 0) setenv("LD_PRELOAD", before, 1);
+  else unsetenv("LD_PRELOAD");
+  unsetenv("MIMALLOC_PPROF_LD_PRELOAD");
+  unsetenv("MIMALLOC_PPROF_MAIN_ONLY");
 }
 
 __attribute__((constructor)) static void mp_load(void) {
   mp_tls.in_profiler = true;
   mp_options_init();
+  bool inert = main_only() && (run_pid() <= 1 || getppid() != run_pid()); /* see preload_main_only */
+  if (inert) {
+    mp_env.prof = false;
+    mp_env.dump_at_exit[0] = 0;
+  }
   mp_thread_set_ordinal(0);
   mp_thread_init();
   mp_interpose_init();
@@ -157,6 +201,7 @@ __attribute__((constructor)) static void mp_load(void) {
   mi_free(mi_malloc(1));
   errno = saved;
   atexit(dump_at_exit);
+  preload_main_only();
   mp_profiler_leave(&mp_tls, false);
   if (mp_env.prof) {
     params_t p;
@@ -164,6 +209,7 @@ __attribute__((constructor)) static void mp_load(void) {
     if (!mp_start_with(&p)) mp_write_stderr("MIMALLOC_PROF=1 but the profiler could not start");
   }
   if (mp_env.verbose) say_verbose();
+  if (inert) return;
   mark_loaded();
   die_with_run();
   if (mp_env.dump_at_exit[0] != 0) mp_signals_install();

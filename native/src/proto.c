@@ -433,6 +433,8 @@ void mp_write_proto(mp_out_t* out, const mp_snapshot_t* snap) {
   len = mp_kv(line, len, "mimalloc-pprof interval=", mp_round_i64(snap->interval), false);
   len = mp_kv(line, len, " dropped_samples=", (int64_t)snap->stats.dropped_samples, false);
   len = mp_kv(line, len, " live_samples=", (int64_t)snap->stats.live_samples, false);
+  len = mp_kv(line, len, " pid=", (int64_t)getpid(), false); /* its perf map, for naming later */
+  len = mp_kv(line, len, " peak_rss=", (int64_t)mp_peak_rss(), false);
   pb_out_ld(out, 6, line, len);
   if (snap->stats.memory_events) {
     len = mp_kv(line, 0, "exact_live_bytes=", snap->stats.exact_live_bytes, true);

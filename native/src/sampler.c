@@ -216,9 +216,11 @@ static void* alloc_common(mp_thread_t* t, uint64_t left, uint64_t undo, size_t s
     p = plain_alloc(size, align, zero);
   } else {
     t->in_profiler = true;
+    t->in_sample = true;
     if (decide(t, left, size)) p = sampled_alloc(size, align, zero, ra, fp);
     else p = plain_alloc(size, align, zero);
     if (tls_forced) count_alloc(p);
+    t->in_sample = false;
     mp_profiler_leave(t, false);
   }
   if (mp_unlikely(p == NULL) && (flags & MP_NEW)) p = mp_new_fail(size, align, (flags & MP_NOTHROW) != 0);
@@ -250,9 +252,11 @@ mp_noinline void mp_free_slow(void* p) {
   if (p == NULL) return;
   bool guard = t->in_profiler;
   t->in_profiler = true;
+  t->in_sample = !guard;
   /* Allocations made inside the profiler are not counted, so neither are their frees. */
   if (!guard && (tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed))) count_free(p);
   if (in_arena(p)) mp_table_remove((uintptr_t)p);
+  if (!guard) t->in_sample = false;
   mp_profiler_leave(t, guard);
   mi_free(p);
 }
@@ -268,6 +272,7 @@ mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
   }
   if (t->in_profiler) return mi_realloc(p, size);
   t->in_profiler = true;
+  t->in_sample = true;
   bool events = tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed);
   size_t old_usable = events ? mi_usable_size(p) : 0;
   bool sampled = decide(t, left, size);
@@ -292,6 +297,7 @@ mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
     atomic_fetch_add_explicit(&mp_exact.accum_bytes, (unsigned long long)now, memory_order_relaxed);
     atomic_fetch_add_explicit(&mp_exact.accum_objects, 1, memory_order_relaxed);
   }
+  t->in_sample = false;
   mp_profiler_leave(t, false);
   if (q == NULL) errno = ENOMEM;
   return q;

@@ -24,10 +24,10 @@
  * takes no part in this.
  *
  * sigaction and signal are interposed so that the program sets and reads its own view; every
- * other signal goes straight to glibc. A signal that lands while its thread is inside the
- * profiler (it may hold a table lock) is acted on when the thread leaves the profiler, a few
- * microseconds later: the program's handler runs at once, the dump and the default action
- * wait. The dump uses only mmap, open, write, rename and dl_iterate_phdr. */
+ * other signal goes straight to glibc. A signal that lands while its thread samples (it may
+ * hold a table lock) is acted on when the sample is done, microseconds later: the program's
+ * handler runs at once, the dump and the default action wait (end_with_profile). The dump
+ * uses only mmap, open, write, rename and dl_iterate_phdr. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
@@ -99,10 +99,13 @@ static int apply(int sig, const struct sigaction* act) {
 }
 
 /* Writes the profile, then ends the process by `sig` with its default action. A thread
- * inside the profiler may hold a table lock the dump needs: it goes on to the end of its
- * section, which calls back here (mp_profiler_leave, mp_signal_resume). */
+ * inside the profiler may hold a table lock the dump needs. In a sampler section (short,
+ * never waiting for long) it goes on to the end of the section, which calls back here
+ * (mp_profiler_leave, mp_signal_resume); elsewhere (a dump, an API call, fork's handlers,
+ * exit's dump: possibly long, or stuck on a lock this very thread holds) the signal ends the
+ * process at once, without a profile: it must never be kept from ending it. */
 static void end_with_profile(int sig) {
-  if (mp_tls.in_profiler) {
+  if (mp_tls.in_profiler && mp_tls.in_sample) {
 #ifdef MP_TEST_HOOKS
     if (!mp_test_hook("MP_TEST_NO_SIGNAL_DEFER")) /* the deferral test's control: no profile */
 #endif

@@ -79,6 +79,8 @@ void mp_write_text(mp_out_t* out, const mp_snapshot_t* snap) {
   const mi_prof_stats_t* s = &snap->stats;
   mp_out_str(out, "\n# mimalloc heap stats\n");
   out_stat(out, "sample_interval", s->sample_interval);
+  out_stat(out, "pid", (uint64_t)getpid()); /* its perf map, for naming later */
+  out_stat(out, "peak_rss", mp_peak_rss());
   out_stat(out, "live_samples", s->live_samples);
   out_stat(out, "estimated_live_bytes", (uint64_t)(s->estimated_live_bytes + 0.5));
   out_stat(out, "estimated_live_objects", (uint64_t)(s->estimated_live_objects + 0.5));

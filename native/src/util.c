@@ -1,6 +1,7 @@
 /* Small utilities that never allocate: a spinlock, number formatting, buffered fd output,
  * warnings on stderr. Safe before main, inside malloc, and in a forked child. */
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,4 +211,25 @@ void mp_out_i64(mp_out_t* out, int64_t v) {
 void mp_out_hex(mp_out_t* out, uint64_t v) {
   char buf[20] = {'0', 'x'};
   mp_out_bytes(out, buf, 2 + mp_fmt_hex(buf + 2, v));
+}
+
+/* The process's peak resident set (VmHWM in /proc/self/status), in bytes; 0 when unknown.
+ * Read without allocating: it goes into dumps, which run compares across processes. */
+uint64_t mp_peak_rss(void) {
+  int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[4096];
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  static const char key[] = "\nVmHWM:";
+  for (ssize_t i = 0; i + (ssize_t)sizeof(key) - 1 <= n; i++) {
+    if (memcmp(buf + i, key, sizeof(key) - 1) != 0) continue;
+    uint64_t kb = 0;
+    for (char* c = buf + i + sizeof(key) - 1; *c != 0 && *c != '\n'; c++)
+      if (*c >= '0' && *c <= '9') kb = kb * 10 + (uint64_t)(*c - '0');
+    return kb * 1024;
+  }
+  return 0;
 }

@@ -2,12 +2,12 @@
  * Command-line plumbing shared by the commands: parseArgs with errors turned into one-line
  * UsageErrors, the value checks of shared options, reading and writing profile files.
  */
-import { readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 
-import { FileAccessError, UsageError } from '../errors.js';
-import { DEFAULT_MAX_BYTES, parseProfile } from '../profile/parse.js';
+import { UsageError } from '../errors.js';
 import type { Profile } from '../profile/model.js';
+import { readProfileFile } from '../profile/files.js';
+import { nameRawProfile } from '../symbolize/raw.js';
 
 /** Where a command writes: anything with write(string) (process.stdout, a test buffer). */
 export interface Out {
@@ -69,48 +69,13 @@ export function countArg(command: string, value: string | boolean | undefined, f
   throw new UsageError(`${command}: -n must be a positive integer (got ${String(value)})`);
 }
 
-function reason(e: unknown): string {
-  const code = (e as { code?: string }).code;
-  switch (code) {
-    case 'ENOENT':
-      return 'no such file or directory';
-    case 'EACCES':
-    case 'EPERM':
-      return 'permission denied';
-    case 'EISDIR':
-      return 'it is a directory';
-    case 'ENOTDIR':
-      return 'a component of the path is not a directory';
-    default:
-      return e instanceof Error ? e.message.split('\n')[0]! : String(e);
-  }
-}
+export { readProfileFile, writeFileAtomic } from '../profile/files.js';
 
-/** Reads and parses a profile file (any supported format); errors name the file. */
-export function readProfileFile(path: string): Profile {
-  let data: Buffer;
-  try {
-    const st = statSync(path);
-    if (st.isDirectory()) throw Object.assign(new Error('directory'), { code: 'EISDIR' });
-    if (st.size > DEFAULT_MAX_BYTES) throw new FileAccessError(`cannot read ${path}: it is larger than 1 GiB`);
-    data = readFileSync(path);
-  } catch (e) {
-    if (e instanceof FileAccessError) throw e;
-    throw new FileAccessError(`cannot read ${path}: ${reason(e)}`);
-  }
-  return parseProfile(data, path);
-}
-
-/** Writes a file atomically (temporary file + rename); errors name the file. */
-export function writeFileAtomic(path: string, data: Uint8Array | string): void {
-  const tmp = `${path}.tmp-${process.pid}`;
-  try {
-    writeFileSync(tmp, data);
-    renameSync(tmp, path);
-  } catch (e) {
-    rmSync(tmp, { force: true });
-    throw new FileAccessError(`cannot write ${path}: ${reason(e)}`);
-  }
+/** A profile file, its raw frames named (src/symbolize/raw.ts): what top and diff read. */
+export function readNamedProfile(path: string): Profile {
+  const profile = readProfileFile(path);
+  nameRawProfile(profile);
+  return profile;
 }
 
 /**

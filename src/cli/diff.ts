@@ -1,6 +1,6 @@
 /** `mimalloc-pprof diff BASE NEW`: the top of NEW − BASE (profile/diff.ts). */
 import { diff } from '../profile/diff.js';
-import { type Command, countArg, parseCommandArgs, readProfileFile, SAMPLE_INDEXES, sampleIndexArg } from './args.js';
+import { type Command, countArg, parseCommandArgs, readNamedProfile, SAMPLE_INDEXES, sampleIndexArg } from './args.js';
 import { printTop } from './top.js';
 
 export const DIFF_HELP = `Usage: mimalloc-pprof diff BASE NEW [--sample-index TYPE] [-n N]
@@ -27,8 +27,8 @@ export const diffCommand: Command = {
     const index = sampleIndexArg('diff', args.values['sample-index']);
     const n = countArg('diff', args.values.count, 10);
     const [baseFile, nextFile] = args.positionals as [string, string];
-    const base = readProfileFile(baseFile);
-    const next = readProfileFile(nextFile);
+    const base = readNamedProfile(baseFile);
+    const next = readNamedProfile(nextFile);
     const d = diff(base, next);
     printTop(d, index, n, io.out, `${nextFile} − ${baseFile}`, `the difference of ${nextFile} and ${baseFile}`);
     return 0;

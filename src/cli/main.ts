@@ -10,17 +10,18 @@ import { join } from 'node:path';
 import { debuglog } from 'node:util';
 
 import { MimallocPprofError, UsageError } from '../errors.js';
-import { libraryPath, packageRoot } from '../native/library.js';
+import { libraryPath, packageRoot } from '../preload/library.js';
 import type { Command, Io, Out } from './args.js';
 import { compareCommandEntry } from './compare.js';
 import { convertCommand } from './convert.js';
 import { diffCommand } from './diff.js';
 import { runCommand } from './run.js';
+import { symbolizeCommand } from './symbolize.js';
 import { topCommand } from './top.js';
 
 const debug = debuglog('mimalloc-pprof');
 
-export type CommandName = 'lib' | 'run' | 'top' | 'diff' | 'convert' | 'compare';
+export type CommandName = 'lib' | 'run' | 'top' | 'diff' | 'convert' | 'symbolize' | 'compare';
 
 const LIB_HELP = `Usage: mimalloc-pprof lib
 
@@ -49,6 +50,7 @@ const COMMANDS: Record<CommandName, Command> = {
   top: topCommand,
   diff: diffCommand,
   convert: convertCommand,
+  symbolize: symbolizeCommand,
   compare: compareCommandEntry,
 };
 

@@ -1,33 +1,18 @@
 /**
- * `mimalloc-pprof run [options] -- CMD ARGS…`: runs CMD on mimalloc with profiling from its
- * first allocation, and turns each process's raw profile into one symbolised, gzipped
- * profile.proto with JavaScript frames named.
- *
- * Every process of the run (children, grandchildren, Node or not) gets the preload and a
- * raw dump named by its pid in a private directory; Node processes also get V8's perf map
- * and an exit hook that dumps before Node's teardown frees its native memory. After CMD
- * ends, each raw profile is symbolised here, in this process, and written next to --out.
+ * `mimalloc-pprof run [options] -- CMD ARGS…`: parses the options, runs the program through
+ * the run pipeline (src/run), and prints what it found: one line per process when there are
+ * several, the top in-use sites and JavaScript functions of the process that used the most,
+ * and where each profile went. Exits with the program's own status.
  */
-import { spawn } from 'node:child_process';
-import { accessSync, constants as fsConstants, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { basename, dirname, extname, join, resolve } from 'node:path';
-import { constants as osConstants } from 'node:os';
+import { basename } from 'node:path';
 
-import { Profile } from 'pprof-format';
-
-import { debuglog } from 'node:util';
+import type { Profile } from 'pprof-format';
 
 import { UsageError } from '../errors.js';
-import { preloadObstacle, which } from '../native/launch.js';
-import { addonPath, libraryPath, packageRoot } from '../native/library.js';
-import { isPreloadLibrary, symbolize } from '../symbolize/index.js';
+import { EXIT_HOOK, runProgram, type ProcessReport, type RunOptions } from '../run/index.js';
 import { isJavaScriptName } from '../symbolize/perfmap.js';
-import { encodeHeapText, encodeProfile } from '../profile/index.js';
-import { splitCommandLine, writeFileAtomic } from './args.js';
+import { splitCommandLine } from './args.js';
 import { humanBytes, printTop } from './top.js';
-
-const debug = debuglog('mimalloc-pprof');
 
 export const RUN_HELP = `Usage: mimalloc-pprof run [options] -- CMD [ARGS…]
 
@@ -39,7 +24,9 @@ with CMD's own status.
 Options:
   --out FILE          profile of the main process (default mimalloc-pprof.pb.gz); other
                       processes: FILE with .<pid> before the extension
-  --format proto|text gzipped profile.proto (default) or gperftools heap_v2 text
+  --format proto|text gzipped profile.proto (default) or gperftools heap_v2 text (addresses
+                      and mappings only: top, diff, symbolize and pprof name its native
+                      frames from the binaries; JavaScript names need proto)
   --interval BYTES    mean sampling interval, k/m/g suffixes (default 512k)
   --seed N            reproducible sampling
   --bt-max N          stack depth, 1-128 (default 64)
@@ -47,31 +34,27 @@ Options:
   --no-gc             Node: skip the full garbage collection before the exit profile
                       (by default memory that only unreachable JavaScript objects hold,
                       such as dropped Buffers, is not reported as in use)
+  --main-only         profile only the process run starts (its children are not profiled
+                      and most run on their usual allocator; those of a shell that passes on
+                      the environment it started with run on mimalloc, unprofiled)
   --no-profile        only run CMD on mimalloc (no profiling)
   -h, --help          this help
 `;
 
-interface RunOptions {
-  out: string;
-  format: 'proto' | 'text';
-  interval?: number;
-  seed?: bigint;
-  btMax: number;
+interface CliRunOptions extends RunOptions {
   top: number;
-  profile: boolean;
-  gc: boolean;
-  command: string[];
 }
 
 const VALUE_OPTIONS = new Set(['--out', '--format', '--interval', '--seed', '--bt-max', '--top']);
 
-export function parseRunArgs(argv: string[]): RunOptions | 'help' {
-  const opts: RunOptions = { out: 'mimalloc-pprof.pb.gz', format: 'proto', btMax: 64, top: 10, profile: true, gc: true, command: [] };
-  const split = splitCommandLine('run', argv, new Set(['--no-profile', '--no-gc']), VALUE_OPTIONS);
+export function parseRunArgs(argv: string[]): CliRunOptions | 'help' {
+  const opts: CliRunOptions = { out: 'mimalloc-pprof.pb.gz', format: 'proto', btMax: 64, top: 10, profile: true, gc: true, command: [] };
+  const split = splitCommandLine('run', argv, new Set(['--no-profile', '--no-gc', '--main-only']), VALUE_OPTIONS);
   if (split === 'help') return 'help';
   for (const [name, value] of split.options) {
     if (value === true) {
       if (name === '--no-gc') opts.gc = false;
+      else if (name === '--main-only') opts.mainOnly = true;
       else opts.profile = false; // --no-profile
       continue;
     }
@@ -104,10 +87,6 @@ export function parseRunArgs(argv: string[]): RunOptions | 'help' {
   return opts;
 }
 
-function packageVersion(): string {
-  return (JSON.parse(readFileSync(join(packageRoot, 'package.json'), 'utf8')) as { version: string }).version;
-}
-
 /** Bytes with an optional k/m/g suffix (powers of 1024), as the preload library reads them. */
 export function parseSize(value: string, name: string): number {
   const m = /^(\d+)([kmg])?(?:i?b)?$/i.exec(value);
@@ -125,71 +104,6 @@ function integer(value: string, name: string, min: number, max: number): number 
   return Number(value);
 }
 
-function withPid(out: string, pid: number): string {
-  const ext = out.endsWith('.pb.gz') ? '.pb.gz' : extname(out);
-  return `${out.slice(0, out.length - ext.length)}.${pid}${ext}`;
-}
-
-/** --out must be writable before the program runs: found afterwards, the profile is lost. */
-function checkOut(out: string): void {
-  const dir = dirname(resolve(out));
-  let isDir = false;
-  try {
-    isDir = statSync(dir).isDirectory();
-  } catch {
-    throw new UsageError(`run: --out ${out}: the folder ${dir} does not exist`);
-  }
-  if (!isDir) throw new UsageError(`run: --out ${out}: ${dir} is not a folder`);
-  try {
-    accessSync(dir, fsConstants.W_OK);
-  } catch {
-    throw new UsageError(`run: --out ${out}: the folder ${dir} is not writable`);
-  }
-  if (existsSync(out) && statSync(out).isDirectory()) throw new UsageError(`run: --out ${out} is a folder`);
-}
-
-/**
- * LD_PRELOAD splits on spaces and colons and NODE_OPTIONS on spaces, with no way to quote in
- * the first: a file whose path holds one (an install under "My Projects") is reached through a
- * link of the same name in the run's folder. Node resolves the link for `require`, the loader
- * loads the target: the program sees the real file.
- */
-function unsplittable(file: string, runDir: string): string {
-  if (!/[\s:]/.test(file)) return file;
-  const link = join(runDir, basename(file));
-  if (/[\s:]/.test(link)) throw new Error(`the temporary folder ${runDir} holds a space or a colon: set TMPDIR to one without`);
-  if (!existsSync(link)) symlinkSync(file, link);
-  return link;
-}
-
-const EXIT_HOOK = join(packageRoot, 'dist', 'src', 'node', 'exit-hook.cjs');
-
-/** The signals `run` passes on to its program (it ends when they end the program). */
-const FORWARDED = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const;
-
-/**
- * A detached shell that outlives a `run` killed by SIGKILL: it removes the run's folder and
- * the perf maps and V8 logs of its Node processes. (The program itself dies with `run`: the preload asks
- * for PR_SET_PDEATHSIG.) A run that ends normally removes them itself; the watchdog then
- * finds nothing and ends within a second.
- */
-function startWatchdog(runDir: string): void {
-  const script =
-    'while kill -0 "$1" 2>/dev/null; do sleep 1; done; ' +
-    'for f in "$2"/loaded.*; do [ -e "$f" ] || continue; p=${f##*.}; d=$(cat "$f"); rm -f "/tmp/perf-$p.map"; ' +
-    '[ -n "$d" ] && rm -f -- "$d"/isolate-0x*-"$p"-v8.log; done; rm -rf "$2"';
-  try {
-    const w = spawn('/bin/sh', ['-c', script, 'mimalloc-pprof-watchdog', String(process.pid), runDir], {
-      detached: true,
-      stdio: 'ignore',
-    });
-    w.on('error', () => undefined);
-    w.unref();
-  } catch {
-    /* no shell: only a killed run leaves its folder */
-  }
-}
-
 export async function runCommand(argv: string[]): Promise<number> {
   const parsed = parseRunArgs(argv);
   if (parsed === 'help') {
@@ -197,139 +111,53 @@ export async function runCommand(argv: string[]): Promise<number> {
     return 0;
   }
   const opts = parsed;
-  if (opts.profile) checkOut(opts.out);
-  const lib = libraryPath();
-  const runDir = mkdtempSync(join(tmpdir(), 'mimalloc-pprof-run-'));
-  startWatchdog(runDir);
-  try {
-    const env: NodeJS.ProcessEnv = { ...process.env };
-    for (const k of Object.keys(env)) if (k.startsWith('MIMALLOC_PROF')) delete env[k];
-    const preload = unsplittable(lib, runDir);
-    env.LD_PRELOAD = env.LD_PRELOAD ? `${preload}:${env.LD_PRELOAD}` : preload;
-    env.MIMALLOC_PPROF_RUN_DIR = runDir;
-    env.MIMALLOC_PPROF_RUN_PID = String(process.pid);
-    if (opts.profile) {
-      env.MIMALLOC_PROF = '1';
-      env.MIMALLOC_PROF_BT_MAX = String(opts.btMax);
-      if (opts.interval !== undefined) env.MIMALLOC_PROF_SAMPLE_INTERVAL = String(opts.interval);
-      if (opts.seed !== undefined) env.MIMALLOC_PROF_SEED = String(opts.seed);
-      env.MIMALLOC_PROF_DUMP_AT_EXIT = join(runDir, 'raw.%p.pb');
-      env.MIMALLOC_PROF_DUMP_FORMAT = 'proto';
-      // Any process of the run may be Node (npx, shebang scripts, children): the options are
-      // inert elsewhere. They name JIT and interpreted frames, and dump before teardown.
-      env.MIMALLOC_PPROF_ADDON = addonPath();
-      if (!opts.gc) env.MIMALLOC_PPROF_NO_GC = '1';
-      const hook = unsplittable(EXIT_HOOK, runDir);
-      env.NODE_OPTIONS = [env.NODE_OPTIONS, '--perf-basic-prof', '--interpreted-frames-native-stack', `--require=${hook}`]
-        .filter(Boolean)
-        .join(' ');
-    }
-
-    const [cmd, ...args] = opts.command as [string, ...string[]];
-    const file = which(cmd, env);
-    if (file === undefined) {
-      process.stderr.write(`mimalloc-pprof: ${cmd}: command not found\n`);
-      return 127;
-    }
-    try {
-      accessSync(file, fsConstants.X_OK);
-    } catch {
-      process.stderr.write(`mimalloc-pprof: ${cmd}: permission denied (not executable)\n`);
-      return 126; // as a shell says it
-    }
-    const obstacle = preloadObstacle(file);
-    if (obstacle) process.stderr.write(`mimalloc-pprof: warning: ${obstacle}\n`);
-
-    const child = spawn(file, args, { stdio: 'inherit', env, argv0: cmd });
-    // Passed on, so that `kill -INT <run>` and a container's SIGTERM reach the program; a
-    // Ctrl-C that reaches both is delivered to the program once (native/src/signals.c).
-    const forwarders = FORWARDED.map((signal) => {
-      const forward = () => {
-        if (child.exitCode === null && child.signalCode === null) child.kill(signal);
-      };
-      process.on(signal, forward);
-      return [signal, forward] as const;
-    });
-    const ended = await new Promise<[number | null, NodeJS.Signals | null] | Error>((done) => {
-      child.once('error', (e) => done(e));
-      child.once('exit', (c, s) => done([c, s]));
-    });
-    for (const [signal, forward] of forwarders) process.removeListener(signal, forward);
-    if (ended instanceof Error) {
-      const code = (ended as NodeJS.ErrnoException).code;
-      process.stderr.write(`mimalloc-pprof: ${cmd}: ${ended.message}\n`);
-      return code === 'ENOENT' ? 127 : 126;
-    }
-    const [code, signal] = ended;
-    const status = code ?? 128 + (osConstants.signals[signal ?? 'SIGTERM'] ?? 15);
-    const mainPid = child.pid ?? -1;
-
-    const pids = readdirSync(runDir)
-      .map((f) => /^loaded\.(\d+)$/.exec(f)?.[1])
-      .filter((p): p is string => p !== undefined);
-    if (opts.profile) removeV8Logs(runDir, pids);
-    const loaded = pids.includes(String(mainPid));
-    if (!loaded) {
-      process.stderr.write(
-        `mimalloc-pprof: ERROR: the preload library did not take effect in ${cmd}` +
-          (obstacle ? ` (${obstacle})` : ' (a static or setuid program, or a loader that ignored LD_PRELOAD)') +
-          ': it did not run on mimalloc and nothing was profiled\n',
-      );
-      return status === 0 ? 3 : status;
-    }
-    if (!opts.profile) return status;
-
-    const raws = readdirSync(runDir)
-      .map((f) => /^raw\.(\d+)\.pb$/.exec(f))
-      .filter((m): m is RegExpExecArray => m !== null)
-      .map((m) => Number(m[1]))
-      .sort((a, b) => (a === mainPid ? -1 : b === mainPid ? 1 : a - b));
-    if (raws.length === 0) {
-      process.stderr.write(`mimalloc-pprof: no profile was written: ${whyNoProfile(cmd, code, signal)}\n`);
-      return status;
-    }
-    for (const pid of raws) {
-      const started = performance.now();
-      const raw = Profile.decode(readFileSync(join(runDir, `raw.${pid}.pb`)));
-      const perfMapPath = `/tmp/perf-${pid}.map`;
-      const { profile } = symbolize(raw, {
-        pid,
-        perfMapPath: existsSync(perfMapPath) ? perfMapPath : undefined,
-        trimFile: isPreloadLibrary,
-      });
-      profile.comment.push(
-        profile.stringTable.dedup(
-          `mimalloc-pprof ${packageVersion()} run: interval=${opts.interval ?? 524288} seed=${opts.seed ?? 'none'} pid=${pid}`,
-        ),
-      );
-      const out = pid === mainPid ? opts.out : withPid(opts.out, pid);
-      writeProfile(out, profile, opts.format);
-      debug('postprocess pid=%d samples=%d ms=%s', pid, profile.sample.length, (performance.now() - started).toFixed(1));
-      if (existsSync(perfMapPath) && env.NODE_OPTIONS) rmSync(perfMapPath, { force: true });
-      if (pid === mainPid && opts.top > 0) {
-        process.stderr.write(`\nmimalloc-pprof: in-use memory of ${basename(cmd)} (pid ${pid}) at exit\n`);
-        printTop(profile, 'inuse_space', opts.top, process.stderr);
-        printJavaScriptCallers(profile, opts.top, process.stderr);
-      }
-      process.stderr.write(`mimalloc-pprof: wrote ${resolve(out)}${pid === mainPid ? '' : ` (pid ${pid})`}\n`);
-    }
-    return status;
-  } finally {
-    rmSync(runDir, { recursive: true, force: true });
+  const result = await runProgram(opts);
+  const err = process.stderr;
+  if (result.kind === 'not-started') {
+    err.write(`mimalloc-pprof: ${result.message}\n`);
+    return result.status;
   }
+  if (result.kind === 'not-preloaded') {
+    err.write(`mimalloc-pprof: ERROR: ${result.message}\n`);
+    return result.status;
+  }
+  if (result.warning) err.write(`mimalloc-pprof: warning: ${result.warning}\n`);
+  if (!opts.profile) return result.status;
+  if (result.noProfile) {
+    err.write(`mimalloc-pprof: no profile was written: ${result.noProfile}\n`);
+    return result.status;
+  }
+  const profiled = result.processes.filter((p) => p.profile);
+  // the process that used the most is the one worth detailing (npx's node runs tsc): by its
+  // peak resident set, else by what it had in use at exit
+  const weight = (p: ProcessReport) => p.peakRssBytes ?? p.inuseBytes ?? 0;
+  const detailed = profiled.reduce((a, b) => (weight(b) > weight(a) ? b : a));
+  if (result.processes.length > 1) printProcesses(result.processes, detailed);
+  if (opts.top > 0 && detailed.profile) {
+    const who = detailed.argv.length > 0 ? basename(detailed.argv[0]!) : basename(opts.command[0]!);
+    err.write(`\nmimalloc-pprof: in-use memory of ${who} (pid ${detailed.pid}) at exit\n`);
+    printTop(detailed.profile, 'inuse_space', opts.top, err);
+    printJavaScriptCallers(detailed.profile, opts.top, err);
+  }
+  for (const p of profiled) err.write(`mimalloc-pprof: wrote ${p.file}${p.main ? '' : ` (pid ${p.pid})`}\n`);
+  return result.status;
 }
 
-/** The closing message when a run left no profile, naming the cause that fits the ending. */
-function whyNoProfile(cmd: string, code: number | null, signal: NodeJS.Signals | null): string {
-  if (signal === 'SIGKILL') return `${cmd} was killed by SIGKILL, which no program can catch`;
-  if (signal !== null) {
-    const core = ['SIGSEGV', 'SIGBUS', 'SIGABRT', 'SIGFPE', 'SIGILL', 'SIGTRAP', 'SIGSYS'].includes(signal);
-    return `${cmd} was ended by ${signal}${core ? ' (a crash: its default action dumps core, where core dumps are on)' : ''}, which the profiler does not catch`;
+/** One line per process: pid, parent, peak RSS, in use at exit, command line. */
+function printProcesses(processes: readonly ProcessReport[], detailed: ProcessReport): void {
+  const err = process.stderr;
+  err.write(`\nmimalloc-pprof: ${processes.length} processes\n`);
+  err.write('      pid   parent   peak RSS     in use  command\n');
+  for (const p of processes) {
+    const inuse = p.profile ? humanBytes(p.inuseBytes ?? 0) : 'no profile';
+    const peak = p.peakRssBytes !== undefined ? humanBytes(p.peakRssBytes) : '?';
+    const mark = p === detailed ? '*' : p.main ? 'm' : ' ';
+    const command = p.argv.length > 0 ? p.argv.join(' ') : '?';
+    err.write(
+      `${mark} ${String(p.pid).padStart(7)}  ${String(p.ppid || '?').padStart(7)}  ${peak.padStart(9)}  ${inuse.padStart(9)}  ${command.length > 100 ? `${command.slice(0, 97)}...` : command}\n`,
+    );
   }
-  return (
-    `${cmd} exited with status ${code} without running its exit handlers (_exit, or a crash of its own handling), ` +
-    'or it replaced itself (exec) with a program the preload cannot reach (static or setuid)'
-  );
+  err.write('  (m: the process run started; *: detailed below)\n');
 }
 
 /**
@@ -375,41 +203,4 @@ function printJavaScriptCallers(profile: Profile, n: number, out: { write(s: str
   for (const [name, bytes] of rows) {
     out.write(`${humanBytes(bytes).padStart(9)} ${((100 * bytes) / total).toFixed(2).padStart(6)}%  ${name}\n`);
   }
-}
-
-/**
- * V8 11 (Node 20) writes an isolate-<address>-<pid>-v8.log into the working directory
- * whenever --perf-basic-prof is on, and its --logfile cannot be set through NODE_OPTIONS:
- * remove the logs of the run's own processes, which the user did not ask for, in each one's
- * working directory (its loaded.<pid> marker holds it), and the perf maps of those whose
- * profile was not read (a process killed before it could write one).
- */
-function removeV8Logs(runDir: string, pids: readonly string[]): void {
-  const wanted = new Set(pids);
-  const dirs = new Set([process.cwd()]);
-  for (const pid of pids) {
-    try {
-      const cwd = readFileSync(join(runDir, `loaded.${pid}`), 'utf8');
-      if (cwd.startsWith('/')) dirs.add(cwd);
-    } catch {
-      /* no marker text: the run's own directory only */
-    }
-    if (!existsSync(join(runDir, `raw.${pid}.pb`))) rmSync(`/tmp/perf-${pid}.map`, { force: true });
-  }
-  for (const dir of dirs) {
-    let names: string[] = [];
-    try {
-      names = readdirSync(dir);
-    } catch {
-      continue;
-    }
-    for (const f of names) {
-      const pid = /^isolate-0x[0-9a-f]+-(\d+)-v8\.log$/.exec(f)?.[1];
-      if (pid !== undefined && wanted.has(pid)) rmSync(join(dir, f), { force: true });
-    }
-  }
-}
-
-function writeProfile(out: string, profile: Profile, format: 'proto' | 'text'): void {
-  writeFileAtomic(out, format === 'proto' ? encodeProfile(profile) : encodeHeapText(profile, out));
 }

@@ -6,7 +6,7 @@
 import { UsageError } from '../errors.js';
 import { findSampleType, sampleTypeNames, str, type Profile } from '../profile/model.js';
 import { top, totalValue, type TopRow } from '../profile/top.js';
-import { type Command, countArg, type Out, parseCommandArgs, readProfileFile, SAMPLE_INDEXES, sampleIndexArg, type SampleIndexName } from './args.js';
+import { type Command, countArg, type Out, parseCommandArgs, readNamedProfile, SAMPLE_INDEXES, sampleIndexArg, type SampleIndexName } from './args.js';
 
 export const TOP_HELP = `Usage: mimalloc-pprof top FILE [--sample-index TYPE] [-n N]
 
@@ -97,7 +97,7 @@ export const topCommand: Command = {
     const index = sampleIndexArg('top', args.values['sample-index']);
     const n = countArg('top', args.values.count, 10);
     const file = args.positionals[0]!;
-    const profile = readProfileFile(file);
+    const profile = readNamedProfile(file);
     printTop(profile, index, n, io.out, undefined, file);
     return 0;
   },

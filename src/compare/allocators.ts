@@ -18,7 +18,7 @@ import { existsSync, realpathSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 
 import { UsageError } from '../errors.js';
-import { libraryPath } from '../native/library.js';
+import { libraryPath } from '../preload/library.js';
 
 export const KINDS = ['glibc', 'mimalloc', 'jemalloc', 'tcmalloc', 'mimalloc-pprof', 'mimalloc-pprof-profiling'] as const;
 export type Kind = (typeof KINDS)[number] | 'custom';

@@ -14,7 +14,7 @@ import { cpus, loadavg, release } from 'node:os';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 
-import { packageRoot } from '../native/library.js';
+import { packageRoot } from '../preload/library.js';
 import type { Arm, Skipped } from './allocators.js';
 import { countRun, type Counts, type Measurement, type RunResult, runOnce } from './runner.js';
 import { effect, type Effect, type MetricKind, Rng, shuffle, spread, type Spread, streamOf } from './stats.js';

@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 
 import { LibraryMissingError } from '../errors.js';
-import { libraryPath, packageRoot } from '../native/library.js';
+import { libraryPath, packageRoot } from '../preload/library.js';
 import type { Arm } from './allocators.js';
 
 export const HELPER_FILE = 'mpp-rusage';
@@ -88,7 +88,7 @@ export function baseEnvironment(env: NodeJS.ProcessEnv = process.env): Record<st
   return out;
 }
 
-export { preloadObstacle, which } from '../native/launch.js';
+export { preloadObstacle, which } from '../preload/launch.js';
 
 /** Which allocator serves malloc under `library` (the helper's --identify, run under the preload). */
 export function identify(library: string | undefined, env: Record<string, string>): { allocator: string; miVersion: number; error?: string } {

@@ -9,7 +9,7 @@
 import { createRequire } from 'node:module';
 
 import { LibraryVersionError, MimallocPprofError, NotPreloadedError, ProfilerError } from '../errors.js';
-import { addonPath } from '../native/library.js';
+import { addonPath } from '../preload/library.js';
 
 /** Exactly what the addon exports (native/addon/addon.c). */
 export interface NativeAddon {

@@ -11,7 +11,7 @@ import { gzipSync } from 'node:zlib';
 
 import { Function as PFunction, Line, type Location, type Mapping, type Profile } from 'pprof-format';
 
-import { packageRoot } from '../native/library.js';
+import { packageRoot } from '../preload/library.js';
 import { diff, encodeHeapText, indexProfile, merge, parseProfile, scale, str, validateProfile } from '../profile/index.js';
 import { canonical, frameNames } from '../profile/model.js';
 import { isPreloadLibrary, symbolize } from '../symbolize/index.js';

@@ -55,6 +55,15 @@ function install(addon: Addon, runDir: string): void {
   process.on('exit', dump);
 }
 
+// `run --main-only`: this process is profiled, the processes it starts are not (the preload
+// already took itself out of LD_PRELOAD here): they get the NODE_OPTIONS run was given.
+const before = process.env.MIMALLOC_PPROF_NODE_OPTIONS;
+if (before !== undefined && isMainThread) {
+  if (before === '') delete process.env.NODE_OPTIONS;
+  else process.env.NODE_OPTIONS = before;
+  delete process.env.MIMALLOC_PPROF_NODE_OPTIONS;
+}
+
 if (isMainThread && dir && addonPath) {
   // eslint-disable-next-line @typescript-eslint/no-require-imports
   const addon = require(addonPath) as Addon;

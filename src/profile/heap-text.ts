@@ -282,13 +282,20 @@ export function parseHeapText(data: Uint8Array, name = 'profile', limits: ParseL
   };
 
   const samples: { value: Numeric[]; blocksize: Numeric; locs: number[] }[] = [];
+  const comments: string[] = [];
   const locIndex = new Map<Numeric, number>();
   const locAddrs: Numeric[] = [];
   let line: string | null;
   let sentinel = false;
   while ((line = lines.next()) !== null) {
     const t = trim(line);
-    if (t.length === 0 || t.charCodeAt(0) === 35) continue;
+    if (t.length === 0) continue;
+    if (t.charCodeAt(0) === 35) {
+      // `# …` lines: the writer's comments (ours: its stats and pid), kept as profile comments
+      record();
+      comments.push(t.slice(1).trim());
+      continue;
+    }
     if (t.includes('MAPPED_LIBRARIES:') || t.includes('--- Memory map: ---')) {
       sentinel = true;
       break;
@@ -383,6 +390,7 @@ export function parseHeapText(data: Uint8Array, name = 'profile', limits: ParseL
     period,
     dropFrames: st.dedup(ALLOC_DROP_FRAMES),
     keepFrames: st.dedup(ALLOC_KEEP_FRAMES),
+    comment: comments.map((c) => st.dedup(c)),
   });
   return { kind: 'profile', profile };
 }

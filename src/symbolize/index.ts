@@ -99,7 +99,10 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
         trimmed.add(num(loc.id));
         continue;
       }
-      const elf = file ? elfOf(file) : null;
+      let elf = file ? elfOf(file) : null;
+      // a file rebuilt or replaced since the dump (another machine's profile) is not this one
+      const recorded = str(mapping.buildId);
+      if (elf && recorded !== '' && elf.elf.buildId !== '' && elf.elf.buildId.toLowerCase() !== recorded.toLowerCase()) elf = null;
       if (elf) {
         const vaddr = elf.elf.runtimeToVaddr(address, num(mapping.memoryStart), num(mapping.fileOffset));
         const sym = vaddr === undefined ? undefined : elf.symbols.lookup(vaddr);
@@ -113,7 +116,10 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
         }
       }
     }
-    const js = mapping ? undefined : perfMap?.lookup(address);
+    // JIT code lies outside every file: no mapping (ours), or an anonymous one (heap_v2 text
+    // carries all of /proc/self/maps)
+    const anonymous = !mapping || str(mapping.filename) === '' || str(mapping.filename).startsWith('[');
+    const js = anonymous ? perfMap?.lookup(address) : undefined;
     if (js) {
       loc.line = [new Line({ functionId: functionFor(js.name, js.raw, js.file, js.line).id, line: js.line, column: js.column })];
       jitLocations.push(loc);

@@ -49,10 +49,12 @@ Total: 98692; showing 3 of 7 entries
 test('top FILE.heap (native heap_v2 text) --count 1', async () => {
   const r = await cli(['top', join(profileFixtures, 'ls-accum.heap'), '--count', '1']);
   assert.equal(r.status, 0, r.stderr);
+  // raw input is named from this machine's files (src/symbolize/raw.ts): how many entries
+  // that makes depends on its libc
   assert.equal(
-    r.stdout,
+    r.stdout.replace(/showing 1 of \d+ entries/, 'showing 1 of N entries'),
     `Type: inuse_space
-Total: 204KiB; showing 1 of 2 entries
+Total: 204KiB; showing 1 of N entries
   flat   flat%     cum     cum%  name
 186KiB  91.15%  204KiB  100.00%  [ls]
 `,

@@ -4,7 +4,7 @@ import { rmSync } from 'node:fs';
 import { request, type Agent, type IncomingHttpHeaders } from 'node:http';
 import { join } from 'node:path';
 
-import { libraryPath } from '../../src/native/library.js';
+import { libraryPath } from '../../src/preload/library.js';
 import { root, tempDir } from '../helpers.js';
 
 export const serviceScript = join(root, 'test', 'http', 'fixtures', 'service.mjs');

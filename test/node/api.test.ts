@@ -11,7 +11,7 @@ import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { libraryPath } from '../../src/native/library.js';
+import { libraryPath } from '../../src/preload/library.js';
 import { root, tempDir } from '../helpers.js';
 
 const fixture = join(root, 'test', 'node', 'api-fixtures', 'calls.mjs');

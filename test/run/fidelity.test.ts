@@ -359,3 +359,66 @@ describe('the exit profile of a Node process shows what is retained', () => {
     assert.ok(dropped >= 6 << 20, `dropped: ${dropped}`);
   });
 });
+
+describe('process trees: who each process was, the one that used the most detailed', () => {
+  const comments = (path: string) => {
+    const p = Profile.decode(gunzipSync(readFileSync(path)));
+    return p.comment.map((c) => p.stringTable.strings[Number(c)] ?? '');
+  };
+
+  test('each profile records its pid, parent and command line; one summary line per process', () => {
+    const dir = tempDir();
+    const parent =
+      "const {execFileSync}=require('node:child_process');" +
+      "execFileSync(process.execPath,['-e','function big(){globalThis.k=Buffer.alloc(16<<20, 1)} big()', 'child-marker'],{stdio:'inherit'});";
+    const r = spawnSync(process.execPath, [cli, 'run', '--interval', '64k', '--out', 'tree.pb.gz', '--', 'node', '-e', parent], { cwd: dir, encoding: 'utf8', timeout: 60_000 });
+    assert.equal(r.status, 0, r.stderr);
+    const files = readdirSync(dir).filter((f) => f.endsWith('.pb.gz')).sort();
+    assert.equal(files.length, 2, files.join(' '));
+    const mainPid = Number(/pid=(\d+)$/.exec(comments(join(dir, 'tree.pb.gz')).find((c) => c.includes(' run: '))!)![1]);
+    const childFile = files.find((f) => f !== 'tree.pb.gz')!;
+    const child = comments(join(dir, childFile));
+    assert.ok(child.includes(`ppid=${mainPid}`), child.join(' | '));
+    assert.ok(child.some((c) => c.startsWith('command: ') && c.includes('child-marker')), child.join(' | '));
+    assert.ok(comments(join(dir, 'tree.pb.gz')).some((c) => c.startsWith('command: node -e ')));
+    // the summary: two processes, the child (16 MiB more resident at its peak) detailed, the
+    // main one marked m
+    assert.match(r.stderr, /mimalloc-pprof: 2 processes/);
+    const lines = r.stderr.split('\n').filter((l) => /^[*m ] +\d+ +(\d+|\?) +/.test(l));
+    assert.equal(lines.length, 2, r.stderr);
+    assert.match(lines.find((l) => l.startsWith('*'))!, /child-marker/);
+    assert.match(lines.find((l) => l.startsWith('m'))!, new RegExp(`^m +${mainPid} `));
+    assert.match(r.stderr, /in-use memory of node \(pid \d+\) at exit[\s\S]*big/);
+  });
+
+  test('run -- npx tsc: the tsc process is the one detailed, each process on its line', () => {
+    const dir = tempDir();
+    symlinkSync(join(root, 'node_modules'), join(dir, 'node_modules'));
+    writeFileSync(join(dir, 'tsconfig.json'), JSON.stringify({ compilerOptions: { strict: true, outDir: 'out', target: 'es2022', module: 'nodenext' }, include: ['a.ts'] }));
+    writeFileSync(join(dir, 'a.ts'), 'export const answer: number = 42;\n');
+    const r = spawnSync(process.execPath, [cli, 'run', '--top', '3', '--out', 'tsc.pb.gz', '--', 'npx', '--no-install', 'tsc', '-p', '.'], { cwd: dir, encoding: 'utf8', timeout: 120_000 });
+    assert.equal(r.status, 0, r.stderr);
+    const lines = r.stderr.split('\n').filter((l) => /^[*m ] +\d+ +(\d+|\?) +/.test(l));
+    assert.ok(lines.length >= 2, r.stderr);
+    const detailed = lines.find((l) => l.startsWith('*'))!;
+    assert.match(detailed, /typescript\/bin\/tsc|\btsc -p/, r.stderr);
+    assert.doesNotMatch(detailed, /npx/, 'not npx itself');
+    assert.ok(existsSync(join(dir, 'out', 'a.js')), 'tsc did its work');
+  });
+
+  test('--main-only: only the process run started is profiled; its children see the environment run was given', () => {
+    const dir = tempDir();
+    const parent =
+      "const {execFileSync}=require('node:child_process');" +
+      "execFileSync(process.execPath,['-e','console.log(JSON.stringify({pre: process.env.LD_PRELOAD ?? null, opts: process.env.NODE_OPTIONS ?? null}))'],{stdio:'inherit'});";
+    const r = spawnSync(process.execPath, [cli, 'run', '--main-only', '--out', 'main.pb.gz', '--', 'node', '-e', parent], { cwd: dir, encoding: 'utf8', timeout: 60_000, env: { ...process.env, NODE_OPTIONS: '--no-warnings' } });
+    assert.equal(r.status, 0, r.stderr);
+    assert.deepEqual(JSON.parse(r.stdout.trim()), { pre: process.env.LD_PRELOAD ?? null, opts: '--no-warnings' });
+    assert.deepEqual(readdirSync(dir), ['main.pb.gz']);
+    // a program that is not Node: its Node children get no Node options either
+    const sh = spawnSync(process.execPath, [cli, 'run', '--main-only', '--out', 'sh.pb.gz', '--', 'bash', '-c', `"${process.execPath}" -e 'console.log(process.env.NODE_OPTIONS ?? "none")'; true`], { cwd: dir, encoding: 'utf8', timeout: 60_000 });
+    assert.equal(sh.status, 0, sh.stderr);
+    assert.equal(sh.stdout.trim(), 'none');
+    assert.deepEqual(readdirSync(dir).sort(), ['main.pb.gz', 'sh.pb.gz']);
+  });
+});

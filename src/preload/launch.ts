@@ -1,6 +1,6 @@
 /** Finding the program to launch under the preload, and whether the preload can reach it. */
-import { closeSync, existsSync, openSync, readSync, statSync } from 'node:fs';
-import { delimiter, join, resolve } from 'node:path';
+import { closeSync, existsSync, openSync, readSync, realpathSync, statSync } from 'node:fs';
+import { basename, delimiter, join, resolve } from 'node:path';
 
 /** PATH lookup, as execvp does. */
 export function which(cmd: string, env: Record<string, string | undefined> = process.env): string | undefined {
@@ -39,5 +39,28 @@ export function preloadObstacle(file: string): string | undefined {
     return `${file} is statically linked: LD_PRELOAD cannot change its allocator`;
   } catch {
     return undefined;
+  }
+}
+
+/**
+ * Whether the program is Node: the node binary (under any name that starts with `node`), or a
+ * script whose `#!` line runs node (npx, npm, tsc and most CLI tools).
+ */
+export function isNodeProgram(file: string): boolean {
+  try {
+    const real = realpathSync(file);
+    if (/^node(js)?[\d.-]*$/.test(basename(real))) return true;
+    const head = Buffer.alloc(256);
+    const fd = openSync(real, 'r');
+    let got = 0;
+    try {
+      got = readSync(fd, head, 0, head.length, 0);
+    } finally {
+      closeSync(fd);
+    }
+    const first = head.subarray(0, got).toString('latin1').split('\n')[0] ?? '';
+    return first.startsWith('#!') && /\bnode(js)?\b/.test(first);
+  } catch {
+    return false;
   }
 }

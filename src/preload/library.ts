@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 
 import { LibraryMissingError } from '../errors.js';
 
-/** The package root: dist/src/native/ is three levels below it. */
+/** The package root: dist/src/preload/ is three levels below it. */
 export const packageRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 
 export const LIBRARY_FILE = 'libmimalloc-pprof.so';

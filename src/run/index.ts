@@ -1,0 +1,278 @@
+/**
+ * Runs a program on mimalloc with heap profiling from its first allocation, and turns each
+ * process's raw profile into one symbolised profile.
+ *
+ * Every process of the run (children, grandchildren, Node or not) gets the preload and a raw
+ * dump named by its pid in a private folder; Node processes also get V8's perf map and an exit
+ * hook that dumps before Node's teardown frees its native memory. The program sees nothing
+ * else: signals end it as they would without the run (the preload writes the profile
+ * natively, native/src/signals.c), the run passes on the signals it receives, and a run that
+ * is killed takes its program and files with it. After the program ends, each raw profile is
+ * symbolised here, in this process, and written next to `out`.
+ */
+import { spawn } from 'node:child_process';
+import { accessSync, constants as fsConstants, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { constants as osConstants, tmpdir } from 'node:os';
+import { dirname, extname, join, resolve } from 'node:path';
+import { debuglog } from 'node:util';
+
+import type { Profile } from 'pprof-format';
+import { Profile as ProfileCodec } from 'pprof-format';
+
+import { UsageError } from '../errors.js';
+import { isNodeProgram, preloadObstacle, which } from '../preload/launch.js';
+import { addonPath, libraryPath, packageRoot } from '../preload/library.js';
+import { encodeHeapText, encodeProfile } from '../profile/index.js';
+import { writeFileAtomic } from '../profile/files.js';
+import { isPreloadLibrary, symbolize } from '../symbolize/index.js';
+import { recordedNumber } from '../symbolize/raw.js';
+import { perfMapOf, readMarkers, removeV8Leftovers, startWatchdog, unsplittable, type ProcessMarker } from './leftovers.js';
+
+const debug = debuglog('mimalloc-pprof');
+
+export interface RunOptions {
+  /** The program and its arguments. */
+  command: string[];
+  /** Profile of the main process; other processes: `out` with .<pid> before the extension. */
+  out: string;
+  format: 'proto' | 'text';
+  /** Mean sampling interval in bytes (the library's default, 512 KiB, when undefined). */
+  interval?: number;
+  seed?: bigint;
+  /** Stack depth, 1-128. */
+  btMax: number;
+  /** false: only run the program on mimalloc. */
+  profile: boolean;
+  /** Node: a full garbage collection before the exit profile (default true). */
+  gc: boolean;
+  /** Profile only the process `run` starts: its children do not get the preload. */
+  mainOnly?: boolean;
+}
+
+/** One process of the run. */
+export interface ProcessReport extends ProcessMarker {
+  /** The process `run` started. */
+  main: boolean;
+  /** Where its profile was written, when it wrote one. */
+  file?: string;
+  profile?: Profile;
+  /** Estimated bytes in use when its profile was taken. */
+  inuseBytes?: number;
+  /** Its peak resident set (VmHWM) when its profile was taken. */
+  peakRssBytes?: number;
+}
+
+export type RunResult =
+  /** The program could not be started: 127 not found, 126 not executable (as a shell says). */
+  | { kind: 'not-started'; status: 126 | 127; message: string }
+  /** It ran, but the preload did not take effect in it (static or setuid, or ignored). */
+  | { kind: 'not-preloaded'; status: number; message: string }
+  | {
+      kind: 'ended';
+      /** The program's status, 128+N for signal N. */
+      status: number;
+      code: number | null;
+      signal: NodeJS.Signals | null;
+      /** Every process the preload reached, the main one first. */
+      processes: ProcessReport[];
+      /** Why there is no profile, when there is none. */
+      noProfile?: string;
+      /** A warning to show before the results (e.g. the preload cannot reach the program). */
+      warning?: string;
+    };
+
+/** `out` must be writable before the program runs: found afterwards, the profile is lost. */
+export function checkOut(out: string): void {
+  const dir = dirname(resolve(out));
+  let isDir = false;
+  try {
+    isDir = statSync(dir).isDirectory();
+  } catch {
+    throw new UsageError(`run: --out ${out}: the folder ${dir} does not exist`);
+  }
+  if (!isDir) throw new UsageError(`run: --out ${out}: ${dir} is not a folder`);
+  try {
+    accessSync(dir, fsConstants.W_OK);
+  } catch {
+    throw new UsageError(`run: --out ${out}: the folder ${dir} is not writable`);
+  }
+  if (existsSync(out) && statSync(out).isDirectory()) throw new UsageError(`run: --out ${out} is a folder`);
+}
+
+/** What run tells its processes (a run inside a run starts afresh); the user's own
+ * MIMALLOC_PPROF_* settings (the Node API's) pass through. */
+const RUN_VARIABLES = ['RUN_DIR', 'RUN_PID', 'MAIN_ONLY', 'LD_PRELOAD', 'NODE_OPTIONS', 'NO_GC', 'ADDON'].map((v) => `MIMALLOC_PPROF_${v}`);
+
+/** The signals `run` passes on to its program (it ends when they end the program). */
+const FORWARDED = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const;
+
+/** The exit hook every Node process of a run loads (its own allocations are the profiler's). */
+export const EXIT_HOOK = join(packageRoot, 'dist', 'src', 'node', 'exit-hook.cjs');
+
+function packageVersion(): string {
+  return (JSON.parse(readFileSync(join(packageRoot, 'package.json'), 'utf8')) as { version: string }).version;
+}
+
+/** `out` with `.<pid>` before its extension (`.pb.gz` counts as one). */
+export function withPid(out: string, pid: number): string {
+  const ext = out.endsWith('.pb.gz') ? '.pb.gz' : extname(out);
+  return `${out.slice(0, out.length - ext.length)}.${pid}${ext}`;
+}
+
+/**
+ * The environment of the program: the preload, its settings, and Node's flags and hook. With
+ * `mainOnly` the preload takes itself out of LD_PRELOAD in the process it starts in
+ * (native/src/lifecycle.c), the exit hook restores NODE_OPTIONS there, and a program that is
+ * not Node gets no Node options at all: its children see the environment run was given.
+ */
+function programEnv(opts: RunOptions, runDir: string, isNode: boolean): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  for (const k of Object.keys(env)) if (k.startsWith('MIMALLOC_PROF') || RUN_VARIABLES.includes(k)) delete env[k];
+  const preload = unsplittable(libraryPath(), runDir);
+  if (opts.mainOnly) {
+    env.MIMALLOC_PPROF_MAIN_ONLY = '1';
+    env.MIMALLOC_PPROF_LD_PRELOAD = env.LD_PRELOAD ?? '';
+    env.MIMALLOC_PPROF_NODE_OPTIONS = env.NODE_OPTIONS ?? '';
+  }
+  env.LD_PRELOAD = env.LD_PRELOAD ? `${preload}:${env.LD_PRELOAD}` : preload;
+  env.MIMALLOC_PPROF_RUN_DIR = runDir;
+  env.MIMALLOC_PPROF_RUN_PID = String(process.pid);
+  if (opts.profile) {
+    env.MIMALLOC_PROF = '1';
+    env.MIMALLOC_PROF_BT_MAX = String(opts.btMax);
+    if (opts.interval !== undefined) env.MIMALLOC_PROF_SAMPLE_INTERVAL = String(opts.interval);
+    if (opts.seed !== undefined) env.MIMALLOC_PROF_SEED = String(opts.seed);
+    env.MIMALLOC_PROF_DUMP_AT_EXIT = join(runDir, 'raw.%p.pb');
+    env.MIMALLOC_PROF_DUMP_FORMAT = 'proto';
+    // Any process of the run may be Node (npx, shebang scripts, children): the options are
+    // inert elsewhere. They name JIT and interpreted frames, and dump before teardown.
+    env.MIMALLOC_PPROF_ADDON = addonPath();
+    if (!opts.gc) env.MIMALLOC_PPROF_NO_GC = '1';
+    if (opts.mainOnly && !isNode) return env;
+    const hook = unsplittable(EXIT_HOOK, runDir);
+    env.NODE_OPTIONS = [env.NODE_OPTIONS, '--perf-basic-prof', '--interpreted-frames-native-stack', `--require=${hook}`]
+      .filter(Boolean)
+      .join(' ');
+  }
+  return env;
+}
+
+/** Starts the program, passes signals on to it, and resolves when it ends. */
+async function launch(file: string, args: string[], argv0: string, env: NodeJS.ProcessEnv) {
+  const child = spawn(file, args, { stdio: 'inherit', env, argv0 });
+  // Passed on, so that `kill -INT <run>` and a container's SIGTERM reach the program; a
+  // Ctrl-C that reaches both is delivered to the program once (native/src/signals.c).
+  const forwarders = FORWARDED.map((signal) => {
+    const forward = () => {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+    };
+    process.on(signal, forward);
+    return [signal, forward] as const;
+  });
+  const ended = await new Promise<{ code: number | null; signal: NodeJS.Signals | null } | Error>((done) => {
+    child.once('error', (e) => done(e));
+    child.once('exit', (code, signal) => done({ code, signal }));
+  });
+  for (const [signal, forward] of forwarders) process.removeListener(signal, forward);
+  return { pid: child.pid ?? -1, ended };
+}
+
+/** The closing message when a run left no profile, naming the cause that fits the ending. */
+export function whyNoProfile(cmd: string, code: number | null, signal: NodeJS.Signals | null): string {
+  if (signal === 'SIGKILL') return `${cmd} was killed by SIGKILL, which no program can catch`;
+  if (signal !== null) {
+    const core = ['SIGSEGV', 'SIGBUS', 'SIGABRT', 'SIGFPE', 'SIGILL', 'SIGTRAP', 'SIGSYS'].includes(signal);
+    return `${cmd} was ended by ${signal}${core ? ' (a crash: its default action dumps core, where core dumps are on)' : ''}, which the profiler does not catch`;
+  }
+  return (
+    `${cmd} exited with status ${code} without running its exit handlers (_exit, or a crash of its own handling), ` +
+    'or it replaced itself (exec) with a program the preload cannot reach (static or setuid)'
+  );
+}
+
+function inuseOf(profile: Profile): number {
+  const str = (i: number | bigint) => profile.stringTable.strings[Number(i)] ?? '';
+  const col = profile.sampleType.findIndex((t) => str(t.type) === 'inuse_space');
+  if (col < 0) return 0;
+  return profile.sample.reduce((a, s) => a + Number(s.value[col] ?? 0), 0);
+}
+
+/** Names one process's raw profile, records who it was, and writes it. */
+function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport): void {
+  const started = performance.now();
+  const raw = ProfileCodec.decode(readFileSync(join(runDir, `raw.${p.pid}.pb`)));
+  const perfMap = perfMapOf(p.pid);
+  const { profile } = symbolize(raw, {
+    pid: p.pid,
+    perfMapPath: existsSync(perfMap) ? perfMap : undefined,
+    trimFile: isPreloadLibrary,
+  });
+  const comment = (text: string) => profile.comment.push(profile.stringTable.dedup(text));
+  comment(`mimalloc-pprof ${packageVersion()} run: interval=${opts.interval ?? 524288} seed=${opts.seed ?? 'none'} pid=${p.pid}`);
+  if (p.ppid) comment(`ppid=${p.ppid}`);
+  if (p.argv.length > 0) comment(`command: ${p.argv.join(' ')}`);
+  const out = p.main ? opts.out : withPid(opts.out, p.pid);
+  writeFileAtomic(out, opts.format === 'proto' ? encodeProfile(profile) : encodeHeapText(profile, out));
+  rmSync(perfMap, { force: true });
+  debug('postprocess pid=%d samples=%d ms=%s', p.pid, profile.sample.length, (performance.now() - started).toFixed(1));
+  p.file = resolve(out);
+  p.profile = profile;
+  p.inuseBytes = inuseOf(profile);
+  const peak = recordedNumber(profile, 'peak_rss');
+  if (peak !== undefined && peak > 0) p.peakRssBytes = peak;
+}
+
+/**
+ * Runs `opts.command` as described in the file comment. Throws UsageError for an `out` that
+ * cannot be written (before the program starts).
+ */
+export async function runProgram(opts: RunOptions): Promise<RunResult> {
+  if (opts.profile) checkOut(opts.out);
+  const [cmd, ...args] = opts.command as [string, ...string[]];
+  const runDir = mkdtempSync(join(tmpdir(), 'mimalloc-pprof-run-'));
+  startWatchdog(runDir);
+  try {
+    const found = which(cmd, process.env);
+    const env = programEnv(opts, runDir, found !== undefined && isNodeProgram(found));
+    const file = which(cmd, env);
+    if (file === undefined) return { kind: 'not-started', status: 127, message: `${cmd}: command not found` };
+    try {
+      accessSync(file, fsConstants.X_OK);
+    } catch {
+      return { kind: 'not-started', status: 126, message: `${cmd}: permission denied (not executable)` };
+    }
+    const obstacle = preloadObstacle(file);
+
+    const { pid: mainPid, ended } = await launch(file, args, cmd, env);
+    if (ended instanceof Error) {
+      const code = (ended as NodeJS.ErrnoException).code;
+      return { kind: 'not-started', status: code === 'ENOENT' ? 127 : 126, message: `${cmd}: ${ended.message}` };
+    }
+    const { code, signal } = ended;
+    const status = code ?? 128 + (osConstants.signals[signal ?? 'SIGTERM'] ?? 15);
+
+    const markers = readMarkers(runDir);
+    if (opts.profile) removeV8Leftovers(runDir, markers, process.cwd());
+    if (!markers.some((m) => m.pid === mainPid)) {
+      return {
+        kind: 'not-preloaded',
+        status: status === 0 ? 3 : status,
+        message:
+          `the preload library did not take effect in ${cmd}` +
+          (obstacle ? ` (${obstacle})` : ' (a static or setuid program, or a loader that ignored LD_PRELOAD)') +
+          ': it did not run on mimalloc and nothing was profiled',
+      };
+    }
+    const processes: ProcessReport[] = markers
+      .map((m) => ({ ...m, main: m.pid === mainPid }))
+      .sort((a, b) => (a.main ? -1 : b.main ? 1 : a.pid - b.pid));
+    const result: RunResult = { kind: 'ended', status, code, signal, processes, ...(obstacle ? { warning: obstacle } : {}) };
+    if (!opts.profile) return result;
+    const raws = new Set(readdirSync(runDir).flatMap((f) => /^raw\.(\d+)\.pb$/.exec(f)?.[1] ?? []).map(Number));
+    for (const p of processes) if (raws.has(p.pid)) finishProfile(opts, runDir, p);
+    if (raws.size === 0) result.noProfile = whyNoProfile(cmd, code, signal);
+    return result;
+  } finally {
+    rmSync(runDir, { recursive: true, force: true });
+  }
+}
