@@ -13,6 +13,8 @@ import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { basename, join } from 'node:path';
 
+import { FileAccessError } from '../errors.js';
+
 /** One process the preload reached. */
 export interface ProcessMarker {
   pid: number;
@@ -100,6 +102,8 @@ export function startWatchdog(runDir: string): void {
   }
 }
 
+const SPLITTING = /[\s:"'\\$]/;
+
 /**
  * LD_PRELOAD splits on spaces and colons and NODE_OPTIONS on spaces, with no way to quote in
  * the first: a file whose path holds one (an install under "My Projects") is reached through a
@@ -107,9 +111,10 @@ export function startWatchdog(runDir: string): void {
  * loads the target: the program sees the real file.
  */
 export function unsplittable(file: string, runDir: string): string {
-  if (!/[\s:]/.test(file)) return file;
-  const link = join(runDir, basename(file));
-  if (/[\s:]/.test(link)) throw new Error(`the temporary folder ${runDir} holds a space or a colon: set TMPDIR to one without`);
+  // whitespace and colons split; quotes and backslashes are NODE_OPTIONS's escapes
+  if (!SPLITTING.test(file)) return file;
+  const link = join(runDir, basename(file).replace(new RegExp(SPLITTING.source, 'g'), '_'));
+  if (SPLITTING.test(link)) throw new FileAccessError(`run: the temporary folder ${runDir} holds a space, a colon or a quote: set TMPDIR to one without`);
   if (!existsSync(link)) symlinkSync(file, link);
   return link;
 }

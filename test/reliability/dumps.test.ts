@@ -22,6 +22,13 @@ function dumps(args: string[]): KV {
 }
 
 /** Problems of one dump file: it must parse, be complete, and label threads truthfully. */
+/** How /proc/self/maps ends on this machine (x86_64: the [vsyscall] page, else the stack). */
+const lastMapsLine = ((): string => {
+  const lines = readFileSync('/proc/self/maps', 'utf8').trimEnd().split('\n');
+  const last = lines[lines.length - 1]!;
+  return `${last.slice(last.lastIndexOf(' ') + 1)}\n`;
+})();
+
 function problems(file: string, names: Map<number, string> = new Map()): string[] {
   const data = readFileSync(file);
   const name = file.split('/').pop()!;
@@ -36,6 +43,9 @@ function problems(file: string, names: Map<number, string> = new Map()): string[
     const text = data.toString('latin1');
     if (!text.startsWith('heap profile: ')) out.push(`${name}: no heap_v2 header`);
     if (!text.includes('\nMAPPED_LIBRARIES:\n') || !text.endsWith('\n')) out.push(`${name}: incomplete (no MAPPED_LIBRARIES trailer or last line cut)`);
+    // a cut at a line end inside the maps copy leaves a well-formed file: the copy must end
+    // as this machine's /proc/self/maps does
+    else if (!text.endsWith(lastMapsLine)) out.push(`${name}: incomplete (the maps copy does not end with ${lastMapsLine.trim()})`);
   } else {
     const st = p.stringTable.strings;
     if (p.sampleType.length !== 4) out.push(`${name}: ${p.sampleType.length} sample types, not 4`);

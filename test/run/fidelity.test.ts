@@ -291,8 +291,8 @@ describe("errors are found before the program runs, with a shell's statuses", ()
 });
 
 describe('paths and working directories', () => {
-  test('an install path with a space: the program runs unchanged and is profiled', () => {
-    const base = join(tempDir(), 'My Projects', 'mimalloc pprof');
+  test('an install path and a working directory with spaces and quotes: the program runs unchanged and is profiled', () => {
+    const base = join(tempDir(), 'My Projects', "mimalloc pprof's");
     mkdirSync(base, { recursive: true });
     cpSync(join(root, 'dist'), join(base, 'dist'), { recursive: true });
     copyFileSync(join(root, 'package.json'), join(base, 'package.json'));
@@ -307,7 +307,8 @@ describe('paths and working directories', () => {
     const spacedLib = env.MIMALLOC_PPROF_LIB ?? join(base, 'build', 'libmimalloc-pprof.so');
     const plain = spawnSync(process.execPath, ['-e', 'console.log(1)'], { env: { ...process.env, LD_PRELOAD: spacedLib }, encoding: 'utf8' });
     assert.match(plain.stderr, /cannot be preloaded/, 'control: LD_PRELOAD alone splits the path on its space');
-    const dir = tempDir();
+    const dir = join(tempDir(), 'work dir "x"');
+    mkdirSync(dir);
     const r = spawnSync(
       process.execPath,
       [join(base, 'dist', 'src', 'cli', 'bin.js'), 'run', '--interval', '64k', '--out', 'space.pb.gz', '--', 'node', '-e', "function hold8(){globalThis.k=Buffer.allocUnsafeSlow(8<<20)} hold8(); console.log('ok')"],
