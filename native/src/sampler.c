@@ -204,6 +204,21 @@ static void* sampled_alloc(size_t size, size_t align, bool zero, void* ra, void*
   return p;
 }
 
+/* A sampler section: in_sample is set before in_profiler and cleared after it, so that a
+ * signal never finds in_profiler without in_sample here (it would end the process without a
+ * profile, signals.c); with in_sample alone it finds no lock held and dumps at once. */
+static inline void enter_sample(mp_thread_t* t) {
+  t->in_sample = true;
+  atomic_signal_fence(memory_order_seq_cst);
+  t->in_profiler = true;
+}
+
+static inline void leave_sample(mp_thread_t* t) {
+  mp_profiler_leave(t, false);
+  atomic_signal_fence(memory_order_seq_cst);
+  t->in_sample = false;
+}
+
 /* `undo` is what the fast path subtracted from the countdown for this request. */
 static void* alloc_common(mp_thread_t* t, uint64_t left, uint64_t undo, size_t size, size_t align, unsigned flags,
                           void* ra, void* fp) {
@@ -215,13 +230,11 @@ static void* alloc_common(mp_thread_t* t, uint64_t left, uint64_t undo, size_t s
     t->countdown += undo;
     p = plain_alloc(size, align, zero);
   } else {
-    t->in_profiler = true;
-    t->in_sample = true;
+    enter_sample(t);
     if (decide(t, left, size)) p = sampled_alloc(size, align, zero, ra, fp);
     else p = plain_alloc(size, align, zero);
     if (tls_forced) count_alloc(p);
-    t->in_sample = false;
-    mp_profiler_leave(t, false);
+    leave_sample(t);
   }
   if (mp_unlikely(p == NULL) && (flags & MP_NEW)) p = mp_new_fail(size, align, (flags & MP_NOTHROW) != 0);
   return p;
@@ -251,13 +264,14 @@ mp_noinline void mp_free_slow(void* p) {
   mp_thread_t* t = &mp_tls;
   if (p == NULL) return;
   bool guard = t->in_profiler;
-  t->in_profiler = true;
-  t->in_sample = !guard;
-  /* Allocations made inside the profiler are not counted, so neither are their frees. */
-  if (!guard && (tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed))) count_free(p);
-  if (in_arena(p)) mp_table_remove((uintptr_t)p);
-  if (!guard) t->in_sample = false;
-  mp_profiler_leave(t, guard);
+  if (guard) {
+    if (in_arena(p)) mp_table_remove((uintptr_t)p); /* the profiler's own free: not counted */
+  } else {
+    enter_sample(t);
+    if (tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed)) count_free(p);
+    if (in_arena(p)) mp_table_remove((uintptr_t)p);
+    leave_sample(t);
+  }
   mi_free(p);
 }
 
@@ -271,8 +285,7 @@ mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
     return NULL;
   }
   if (t->in_profiler) return mi_realloc(p, size);
-  t->in_profiler = true;
-  t->in_sample = true;
+  enter_sample(t);
   bool events = tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed);
   size_t old_usable = events ? mi_usable_size(p) : 0;
   bool sampled = decide(t, left, size);
@@ -297,8 +310,7 @@ mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
     atomic_fetch_add_explicit(&mp_exact.accum_bytes, (unsigned long long)now, memory_order_relaxed);
     atomic_fetch_add_explicit(&mp_exact.accum_objects, 1, memory_order_relaxed);
   }
-  t->in_sample = false;
-  mp_profiler_leave(t, false);
+  leave_sample(t);
   if (q == NULL) errno = ENOMEM;
   return q;
 }
