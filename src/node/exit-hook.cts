@@ -45,7 +45,14 @@ function install(addon: Addon, runDir: string): void {
     if (done) return;
     done = true;
     try {
-      if (collect) fullGc()?.(); // V8's flag set only now, when the program is done
+      if (collect) {
+        // V8's flag set only now, when the program is done. Twice: V8 frees the backing
+        // stores of dead ArrayBuffers (Buffers) on a background sweeper after a collection,
+        // and the next full collection first waits for that sweep to finish.
+        const gc = fullGc();
+        gc?.();
+        gc?.();
+      }
       addon.dump(join(runDir, `raw.${process.pid}.pb`), 'proto');
       addon.stop();
     } catch (e) {
