@@ -21,6 +21,9 @@ process's life it writes one symbolised, gzipped profile.proto (children get the
 files, named by pid), prints the top in-use allocation sites and the file path, and exits
 with CMD's own status.
 
+Node processes get V8's perf map and an exit hook (NODE_OPTIONS); \`deno run\` gets a preload
+module and DENO_V8_FLAGS: JavaScript functions are named in both.
+
 Options:
   --out FILE          profile of the main process (default mimalloc-pprof.pb.gz); other
                       processes: FILE with .<pid> before the extension
@@ -136,11 +139,21 @@ export async function runCommand(argv: string[]): Promise<number> {
   if (opts.top > 0 && detailed.profile) {
     const who = detailed.argv.length > 0 ? basename(detailed.argv[0]!) : basename(opts.command[0]!);
     err.write(`\nmimalloc-pprof: in-use memory of ${who} (pid ${detailed.pid}) at exit\n`);
+    const stripped = strippedExecutable(detailed.profile);
+    if (stripped) err.write(`mimalloc-pprof: ${stripped} has no symbol table (stripped): its own frames show as [${stripped}]\n`);
     printTop(detailed.profile, 'inuse_space', opts.top, err);
     printJavaScriptCallers(detailed.profile, opts.top, err);
   }
   for (const p of profiled) err.write(`mimalloc-pprof: wrote ${p.file}${p.main ? '' : ` (pid ${p.pid})`}\n`);
   return result.status;
+}
+
+/** The program's executable (the profile's first mapping) when none of its frames got a name. */
+function strippedExecutable(profile: Profile): string | undefined {
+  const exe = profile.mapping[0];
+  if (!exe || exe.hasFunctions) return undefined;
+  const file = profile.stringTable.strings[Number(exe.filename)] ?? '';
+  return file.startsWith('/') ? basename(file) : undefined;
 }
 
 /** One line per process: pid, parent, peak RSS, in use at exit, command line. */

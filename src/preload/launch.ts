@@ -64,3 +64,23 @@ export function isNodeProgram(file: string): boolean {
     return false;
   }
 }
+
+/**
+ * The Deno executable behind `file`, when it is Deno: the binary itself, or the npm package's
+ * launcher (node_modules/deno/bin.cjs, which spawns the binary beside it).
+ */
+export function denoExecutable(file: string): string | undefined {
+  try {
+    const real = realpathSync(file);
+    if (basename(real) === 'deno') return real;
+    if (basename(real) === 'bin.cjs' && basename(join(real, '..')) === 'deno') {
+      // beside it once its install script ran; else in the platform package it copies from
+      for (const binary of [join(real, '..', 'deno'), join(real, '..', '..', '@deno', `linux-${process.arch}-glibc`, 'deno')]) {
+        if (existsSync(binary)) return realpathSync(binary);
+      }
+    }
+  } catch {
+    /* not found: not Deno */
+  }
+  return undefined;
+}

@@ -11,7 +11,7 @@
  * symbolised here, in this process, and written next to `out`.
  */
 import { spawn } from 'node:child_process';
-import { accessSync, constants as fsConstants, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { accessSync, constants as fsConstants, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { constants as osConstants, tmpdir } from 'node:os';
 import { dirname, extname, join, resolve } from 'node:path';
 import { debuglog } from 'node:util';
@@ -20,7 +20,7 @@ import type { Profile } from 'pprof-format';
 import { Profile as ProfileCodec } from 'pprof-format';
 
 import { UsageError } from '../errors.js';
-import { isNodeProgram, preloadObstacle, which } from '../preload/launch.js';
+import { denoExecutable, isNodeProgram, preloadObstacle, which } from '../preload/launch.js';
 import { addonPath, libraryPath, packageRoot } from '../preload/library.js';
 import { encodeHeapText, encodeProfile } from '../profile/index.js';
 import { writeFileAtomic } from '../profile/files.js';
@@ -157,6 +157,39 @@ function programEnv(opts: RunOptions, runDir: string, isNode: boolean): NodeJS.P
   return env;
 }
 
+/**
+ * Deno frees its memory before the preload's exit dump, as Node does, and has no
+ * NODE_OPTIONS: `deno run` gets a --preload module that dumps on the `unload` event through
+ * the preload's C API (FFI, allowed for that one library only), and V8's perf map through
+ * DENO_V8_FLAGS. The module is written into the run's folder with its paths in it, so that it
+ * needs no other permission. Other Deno subcommands run unprofiled by JavaScript (native
+ * frames and the exit dump only).
+ */
+function denoArgs(args: string[], runDir: string, lib: string, env: NodeJS.ProcessEnv): string[] {
+  const flags = '--perf-basic-prof,--interpreted-frames-native-stack';
+  env.DENO_V8_FLAGS = env.DENO_V8_FLAGS ? `${env.DENO_V8_FLAGS},${flags}` : flags;
+  const at = args.indexOf('run');
+  if (at < 0 || args.slice(0, at).some((a) => !a.startsWith('-'))) return args;
+  const hook = join(runDir, 'deno-hook.js');
+  writeFileSync(
+    hook,
+    [
+      '// mimalloc-pprof run: the profile before Deno tears down (src/run/index.ts, denoArgs)',
+      `const lib = Deno.dlopen(${JSON.stringify(lib)}, {`,
+      "  mi_prof_dump_proto: { parameters: ['buffer'], result: 'bool' },",
+      "  mi_prof_stop: { parameters: [], result: 'void' },",
+      '});',
+      `const out = new TextEncoder().encode(${JSON.stringify(`${runDir}/raw.`)} + Deno.pid + '.pb\\0');`,
+      "globalThis.addEventListener('unload', () => {",
+      '  lib.symbols.mi_prof_dump_proto(out);',
+      '  lib.symbols.mi_prof_stop();',
+      '});',
+      '',
+    ].join('\n'),
+  );
+  return [...args.slice(0, at + 1), `--preload=${hook}`, `--allow-ffi=${lib}`, ...args.slice(at + 1)];
+}
+
 /** Starts the program, passes signals on to it, and resolves when it ends. */
 async function launch(file: string, args: string[], argv0: string, env: NodeJS.ProcessEnv) {
   const child = spawn(file, args, { stdio: 'inherit', env, argv0 });
@@ -242,8 +275,11 @@ export async function runProgram(opts: RunOptions): Promise<RunResult> {
       return { kind: 'not-started', status: 126, message: `${cmd}: permission denied (not executable)` };
     }
     const obstacle = preloadObstacle(file);
+    const deno = opts.profile ? denoExecutable(file) : undefined;
+    const launched = deno ?? file;
+    const launchArgs = deno ? denoArgs(args, runDir, libraryPath(), env) : args;
 
-    const { pid: mainPid, ended } = await launch(file, args, cmd, env);
+    const { pid: mainPid, ended } = await launch(launched, launchArgs, deno ? 'deno' : cmd, env);
     if (ended instanceof Error) {
       const code = (ended as NodeJS.ErrnoException).code;
       return { kind: 'not-started', status: code === 'ENOENT' ? 127 : 126, message: `${cmd}: ${ended.message}` };

@@ -12,6 +12,7 @@
  *                                       the BytecodeArray's heap address under the same name)
  *   `JS:^name …`                       Sparkplug baseline code
  *   `JS:*name …`                       TurboFan optimised code (`JS:+` would be Maglev)
+ *   `JS:o*name …`, `JS:o+name …`       V8 15 (Deno 2.9): the same, compiled on the stack (OSR)
  *   `JS:~ /path.js:8:18`               anonymous function (empty name)
  *   `JS:~get gx /path.js:1:19`         accessors carry `get `/`set ` in the name
  *   `Script:~ file:///path.mjs:1:1`, `Eval:~ /path.js:1:1`, `Eval:~ :1:1`   top-level code
@@ -105,6 +106,8 @@ export function parsePerfName(raw: string): Pick<PerfSymbol, 'name' | 'file' | '
   if (tag === 'Builtin' || tag === 'BytecodeHandler') return { name: raw, file: '', line: 0, column: 0, kind: 'builtin', tag };
   if (!JS_TAGS.has(tag)) return { name: raw, file: '', line: 0, column: 0, kind: 'other', tag };
   let body = raw.slice(colon + 1);
+  // newer V8s (Deno 2.9's V8 15) put `o` before the tier of code compiled on the stack (OSR)
+  if (/^o[~^*+]/.test(body)) body = body.slice(1);
   const marker = body[0];
   let kind: PerfSymbolKind = 'other';
   if (marker === '~') kind = 'interpreted';

@@ -30,6 +30,8 @@ test('names: every form Node 20 writes, and the legacy tags', () => {
     ['JS:* file:///tmp/pm/esm.mjs:1:1', { name: '(top level)', file: '/tmp/pm/esm.mjs', kind: 'optimized', tag: 'JS' }],
     ['JS:~ /tmp/pm/mod.cjs:1:1', { name: '(top level)', file: '/tmp/pm/mod.cjs' }],
     ['JS:~ /tmp/pm/mod.cjs:1:2', { name: '(anonymous)' }],
+    ['JS:o+retainArrays file:///tmp/deno/app.ts:2:22', { name: 'retainArrays', file: '/tmp/deno/app.ts', kind: 'optimized', tag: 'JS' }],
+    ['JS:o*retainArrays file:///tmp/deno/app.ts:2:22', { name: 'retainArrays', kind: 'optimized' }],
     ['LazyCompile:~foo /old/node.js:5:10', { name: 'foo', file: '/old/node.js', line: 5, kind: 'interpreted', tag: 'LazyCompile' }],
     ['LazyCompile:*foo /old/node.js:5:10', { name: 'foo', kind: 'optimized' }],
     ['Function:~bar /old/node.js:7:1', { name: 'bar', kind: 'interpreted', tag: 'Function' }],
