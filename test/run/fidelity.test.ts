@@ -92,8 +92,9 @@ async function waitFor(what: string, ok: () => boolean, ms = 10_000): Promise<vo
   }
 }
 
-/** A Node program that holds 8 MiB under hold8() and then spins: no JavaScript runs after it. */
-const BUSY_NODE = "function hold8(){globalThis.k=Buffer.allocUnsafeSlow(8<<20)} hold8(); console.log('ready'); for(;;){}";
+/** A Node program that holds 25 MiB of Buffers under hold8() and then spins: no JavaScript
+ * runs after it. */
+const BUSY_NODE = "function hold8(){globalThis.k=[];for(let i=0;i<25;i++)globalThis.k.push(Buffer.alloc(1<<20,1))} hold8(); console.log('ready'); for(;;){}";
 
 function cProgram(dir: string, name: string, body: string): string {
   const src = join(dir, `${name}.c`);
@@ -124,7 +125,7 @@ describe('signals end the program as they would without run, and the profile is 
       process.kill(-s.child.pid!, 'SIGINT'); // run and node both receive it, as from a terminal
       const { code } = await s.ended;
       assert.equal(code, 130, s.stderr());
-      assert.ok(inuseOf(join(dir, 'int.pb.gz'), 'hold8') >= 4 << 20, s.stderr());
+      assert.ok(inuseOf(join(dir, 'int.pb.gz'), 'hold8') >= 20 << 20, s.stderr());
       assert.deepEqual(leftovers(dir, ['int.pb.gz'], []), []);
       assert.doesNotMatch(s.stderr(), /internal error|did .* end by/);
     } finally {
@@ -138,7 +139,7 @@ describe('signals end the program as they would without run, and the profile is 
     try {
       s.child.kill('SIGTERM');
       assert.equal((await s.ended).code, 143, s.stderr());
-      assert.ok(inuseOf(join(dir, 'term.pb.gz'), 'hold8') >= 4 << 20, s.stderr());
+      assert.ok(inuseOf(join(dir, 'term.pb.gz'), 'hold8') >= 20 << 20, s.stderr());
     } finally {
       killGroup(s);
     }
@@ -309,16 +310,17 @@ describe('paths and working directories', () => {
     assert.match(plain.stderr, /cannot be preloaded/, 'control: LD_PRELOAD alone splits the path on its space');
     const dir = join(tempDir(), 'work dir "x"');
     mkdirSync(dir);
+    writeFileSync(join(dir, 'app.mjs'), "function hold8(){globalThis.k=Buffer.allocUnsafeSlow(8<<20)} hold8(); console.log('ok')\n");
     const r = spawnSync(
       process.execPath,
-      [join(base, 'dist', 'src', 'cli', 'bin.js'), 'run', '--interval', '64k', '--out', 'space.pb.gz', '--', 'node', '-e', "function hold8(){globalThis.k=Buffer.allocUnsafeSlow(8<<20)} hold8(); console.log('ok')"],
+      [join(base, 'dist', 'src', 'cli', 'bin.js'), 'run', '--interval', '64k', '--out', 'space.pb.gz', '--', 'node', 'app.mjs'],
       { cwd: dir, env, encoding: 'utf8', timeout: 60_000 },
     );
     assert.equal(r.status, 0, r.stderr);
     assert.equal(r.stdout.trim(), 'ok');
     assert.doesNotMatch(r.stderr, /MODULE_NOT_FOUND|Cannot find module|did not take effect|static or setuid/);
     assert.ok(inuseOf(join(dir, 'space.pb.gz'), 'hold8') >= 4 << 20, r.stderr);
-    assert.deepEqual(leftovers(dir, ['space.pb.gz'], []), []);
+    assert.deepEqual(leftovers(dir, ['app.mjs', 'space.pb.gz'], []), []);
   });
 
   test('a Node child with another working directory leaves no V8 log there', () => {
