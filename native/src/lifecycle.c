@@ -101,8 +101,9 @@ const char* mp_run_dir(void) {
  * effect in this process, which ld.so would otherwise skip silently. It holds the process's
  * working directory (a line: where V8 may leave its logs for run to remove), its parent's pid
  * (a line) and its command line (the rest, arguments ended by NUL), for run's summary. An
- * exec'ed image writes it again: the last image is the one whose profile run reads. */
-static void mark_loaded(void) {
+ * exec'ed image writes it again (the last image is the one whose profile run reads), and so
+ * does a child that fork gives the profiler to (process.c). */
+void mp_mark_loaded(void) {
   const char* dir = mp_run_dir();
   if (dir == NULL) return;
   char path[MI_PROF_DUMP_PATH_MAX];
@@ -158,25 +159,30 @@ static void die_with_run(void) {
   if (getppid() != run) raise(SIGKILL); /* run died before the request took */
 }
 
-/* `run --main-only`: the process run started keeps the preload, its children do not get it:
- * LD_PRELOAD goes back to what it was before run (MIMALLOC_PPROF_LD_PRELOAD, possibly empty).
- * A program that hands its children the environment it started with rather than `environ`
- * (bash) still passes the preload on: there the child sees that its parent is not run and
- * stays inert (mimalloc, no profile, no marker; mp_load). Called inside the profiler (setenv
- * allocates). */
-static void preload_main_only(void) {
-  if (!main_only()) return;
-  const char* before = mp_getenv("MIMALLOC_PPROF_LD_PRELOAD");
-  if (before != NULL && before[0] != 0) setenv("LD_PRELOAD", before, 1);
-  else unsetenv("LD_PRELOAD");
-  unsetenv("MIMALLOC_PPROF_LD_PRELOAD");
-  unsetenv("MIMALLOC_PPROF_MAIN_ONLY");
+/* `run --main-only`: only the process run started (whose parent is run; an image it exec's
+ * keeps both) profiles. Its descendants inherit the preload and stay inert: mimalloc, no
+ * profile, no marker. (Taking the preload out of their environment is not reliable: a
+ * `#!/usr/bin/env node` script's main process is env, which must pass it on to node, and bash
+ * hands its children the environment it started with.) */
+static bool not_the_main_process(void) {
+  return main_only() && (run_pid() <= 1 || getppid() != run_pid());
+}
+
+/* A forked child under run: it profiles as its parent did and says so (loaded.<pid>), unless
+ * run profiles only its main process, which this child is not. */
+void mp_fork_child_under_run(void) {
+  if (mp_run_dir() == NULL) return;
+  if (not_the_main_process()) {
+    atomic_store(&mp_state.running, false); /* no samples, no exit dump */
+    return;
+  }
+  mp_mark_loaded();
 }
 
 __attribute__((constructor)) static void mp_load(void) {
   mp_tls.in_profiler = true;
   mp_options_init();
-  bool inert = main_only() && (run_pid() <= 1 || getppid() != run_pid()); /* see preload_main_only */
+  bool inert = not_the_main_process();
   if (inert) {
     mp_env.prof = false;
     mp_env.dump_at_exit[0] = 0;
@@ -201,7 +207,6 @@ __attribute__((constructor)) static void mp_load(void) {
   mi_free(mi_malloc(1));
   errno = saved;
   atexit(dump_at_exit);
-  preload_main_only();
   mp_profiler_leave(&mp_tls, false);
   if (mp_env.prof) {
     params_t p;
@@ -210,7 +215,7 @@ __attribute__((constructor)) static void mp_load(void) {
   }
   if (mp_env.verbose) say_verbose();
   if (inert) return;
-  mark_loaded();
+  mp_mark_loaded();
   die_with_run();
   if (mp_env.dump_at_exit[0] != 0) mp_signals_install();
 }

@@ -17,6 +17,7 @@
 
 /* ---- fork ------------------------------------------------------------------------------------ */
 static __thread bool fork_guard __attribute__((tls_model("initial-exec")));
+static __thread bool fork_in_sample __attribute__((tls_model("initial-exec")));
 
 static void fork_prepare(void) {
   fork_guard = mp_tls.in_profiler;
@@ -28,6 +29,9 @@ static void fork_prepare(void) {
   mp_lock(&mp_api_lock);
   mp_threads_lock();
   mp_table_lock_all();
+  /* from here to the parent handler nothing waits: a fatal signal waits for it (signals.c) */
+  fork_in_sample = mp_tls.in_sample;
+  mp_tls.in_sample = true;
 }
 
 static void fork_parent(void) {
@@ -36,6 +40,8 @@ static void fork_parent(void) {
   mp_unlock(&mp_api_lock);
   mp_unlock(&mp_loader_lock);
   mp_profiler_leave(&mp_tls, fork_guard);
+  atomic_signal_fence(memory_order_seq_cst);
+  mp_tls.in_sample = fork_in_sample;
 }
 
 static void fork_child(void) {
@@ -45,7 +51,9 @@ static void fork_child(void) {
   mp_lock_reset(&mp_loader_lock);
   mp_locks_forget();
   mp_tls.deferred_signal = 0; /* it was sent to the parent */
+  mp_fork_child_under_run();
   mp_tls.in_profiler = fork_guard;
+  mp_tls.in_sample = fork_in_sample;
 }
 
 void mp_fork_install(void) {

@@ -207,16 +207,18 @@ static void* sampled_alloc(size_t size, size_t align, bool zero, void* ra, void*
 /* A sampler section: in_sample is set before in_profiler and cleared after it, so that a
  * signal never finds in_profiler without in_sample here (it would end the process without a
  * profile, signals.c); with in_sample alone it finds no lock held and dumps at once. */
-static inline void enter_sample(mp_thread_t* t) {
+static inline bool enter_sample(mp_thread_t* t) {
+  bool was = t->in_sample; /* a handler's malloc may nest in the instant before in_profiler */
   t->in_sample = true;
   atomic_signal_fence(memory_order_seq_cst);
   t->in_profiler = true;
+  return was;
 }
 
-static inline void leave_sample(mp_thread_t* t) {
+static inline void leave_sample(mp_thread_t* t, bool was) {
   mp_profiler_leave(t, false);
   atomic_signal_fence(memory_order_seq_cst);
-  t->in_sample = false;
+  t->in_sample = was;
 }
 
 /* `undo` is what the fast path subtracted from the countdown for this request. */
@@ -230,11 +232,11 @@ static void* alloc_common(mp_thread_t* t, uint64_t left, uint64_t undo, size_t s
     t->countdown += undo;
     p = plain_alloc(size, align, zero);
   } else {
-    enter_sample(t);
+    bool was = enter_sample(t);
     if (decide(t, left, size)) p = sampled_alloc(size, align, zero, ra, fp);
     else p = plain_alloc(size, align, zero);
     if (tls_forced) count_alloc(p);
-    leave_sample(t);
+    leave_sample(t, was);
   }
   if (mp_unlikely(p == NULL) && (flags & MP_NEW)) p = mp_new_fail(size, align, (flags & MP_NOTHROW) != 0);
   return p;
@@ -267,10 +269,10 @@ mp_noinline void mp_free_slow(void* p) {
   if (guard) {
     if (in_arena(p)) mp_table_remove((uintptr_t)p); /* the profiler's own free: not counted */
   } else {
-    enter_sample(t);
+    bool was = enter_sample(t);
     if (tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed)) count_free(p);
     if (in_arena(p)) mp_table_remove((uintptr_t)p);
-    leave_sample(t);
+    leave_sample(t, was);
   }
   mi_free(p);
 }
@@ -285,7 +287,7 @@ mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
     return NULL;
   }
   if (t->in_profiler) return mi_realloc(p, size);
-  enter_sample(t);
+  bool was = enter_sample(t);
   bool events = tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed);
   size_t old_usable = events ? mi_usable_size(p) : 0;
   bool sampled = decide(t, left, size);
@@ -310,7 +312,7 @@ mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
     atomic_fetch_add_explicit(&mp_exact.accum_bytes, (unsigned long long)now, memory_order_relaxed);
     atomic_fetch_add_explicit(&mp_exact.accum_objects, 1, memory_order_relaxed);
   }
-  leave_sample(t);
+  leave_sample(t, was);
   if (q == NULL) errno = ENOMEM;
   return q;
 }

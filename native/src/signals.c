@@ -55,6 +55,7 @@ static pid_t run_pid; /* `mimalloc-pprof run`, when it is this process's parent;
 static _Atomic(int64_t) last_seen[MANAGED][2];
 #define MP_DUPLICATE_NS ((int64_t)250 * 1000 * 1000)
 static atomic_flag writing = ATOMIC_FLAG_INIT;
+static atomic_int ending; /* 0; 1 while a fatal signal's dump is written; 2 after it */
 
 static int slot_of(int sig) {
   for (unsigned i = 0; i < MANAGED; i++)
@@ -115,8 +116,24 @@ static void end_with_profile(int sig) {
     }
   }
   int saved = errno;
-  if (!mp_tls.in_profiler && atomic_load(&mp_state.running) && mp_state.dump_at_exit[0] != 0) {
-    if (mp_dump(mp_state.dump_at_exit, mp_state.dump_format)) atomic_store(&mp_state.running, false);
+  /* Past this point the process ends: no later signal is deferred on this thread (its dump is
+   * not a sample), and one thread dumps. It blocks the managed signals meanwhile; a signal
+   * that another thread takes waits for that dump (a few seconds at most), then ends the
+   * process too, so a second Ctrl-C neither restarts the dump nor cuts it short. */
+  mp_tls.in_sample = false;
+  int idle = 0;
+  if (atomic_compare_exchange_strong(&ending, &idle, 1)) {
+    sigset_t managed_set;
+    sigemptyset(&managed_set);
+    for (unsigned i = 0; i < MANAGED; i++) sigaddset(&managed_set, managed[i]);
+    pthread_sigmask(SIG_BLOCK, &managed_set, NULL);
+    if (!mp_tls.in_profiler && atomic_load(&mp_state.running) && mp_state.dump_at_exit[0] != 0) {
+      if (mp_dump(mp_state.dump_at_exit, mp_state.dump_format)) atomic_store(&mp_state.running, false);
+    }
+    atomic_store(&ending, 2);
+  } else {
+    struct timespec ms = {0, 1000 * 1000};
+    for (int i = 0; i < 5000 && atomic_load(&ending) == 1; i++) nanosleep(&ms, NULL);
   }
   struct sigaction dfl;
   memset(&dfl, 0, sizeof(dfl));
@@ -185,6 +202,11 @@ static void on_signal(int sig, siginfo_t* info, void* context) {
 __attribute__((visibility("default"))) int sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
   int slot = atomic_load_explicit(&active, memory_order_acquire) ? slot_of(sig) : -1;
   if (slot < 0) return __sigaction(sig, act, old);
+  /* every signal blocked while `writing` is held: a handler that calls signal() or sigaction()
+   * on this thread would otherwise spin on it forever */
+  sigset_t all, before_mask;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &before_mask);
   while (atomic_flag_test_and_set_explicit(&writing, memory_order_acquire)) {}
   struct sigaction before;
   read_view(slot, &before);
@@ -194,6 +216,7 @@ __attribute__((visibility("default"))) int sigaction(int sig, const struct sigac
     if (rc == 0) write_view(slot, act);
   }
   atomic_flag_clear_explicit(&writing, memory_order_release);
+  pthread_sigmask(SIG_SETMASK, &before_mask, NULL);
   if (rc == 0 && old != NULL) *old = before;
   return rc;
 }

@@ -37,9 +37,8 @@ Options:
   --no-gc             Node: skip the full garbage collection before the exit profile
                       (by default memory that only unreachable JavaScript objects hold,
                       such as dropped Buffers, is not reported as in use)
-  --main-only         profile only the process run starts (its children are not profiled
-                      and most run on their usual allocator; those of a shell that passes on
-                      the environment it started with run on mimalloc, unprofiled)
+  --main-only         profile only the process run starts, or what it exec's (its children
+                      run on mimalloc, unprofiled)
   --no-profile        only run CMD on mimalloc (no profiling)
   -h, --help          this help
 `;
@@ -126,11 +125,11 @@ export async function runCommand(argv: string[]): Promise<number> {
   }
   if (result.warning) err.write(`mimalloc-pprof: warning: ${result.warning}\n`);
   if (!opts.profile) return result.status;
-  if (result.noProfile) {
-    err.write(`mimalloc-pprof: no profile was written: ${result.noProfile}\n`);
-    return result.status;
-  }
   const profiled = result.processes.filter((p) => p.profile);
+  if (result.noProfile) {
+    err.write(`mimalloc-pprof: ${profiled.length > 0 ? 'the main process wrote no profile' : 'no profile was written'}: ${result.noProfile}\n`);
+    if (profiled.length === 0) return result.status;
+  }
   // the process that used the most is the one worth detailing (npx's node runs tsc): by its
   // peak resident set, else by what it had in use at exit
   const weight = (p: ProcessReport) => p.peakRssBytes ?? p.inuseBytes ?? 0;

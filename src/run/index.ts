@@ -10,7 +10,7 @@
  * is killed takes its program and files with it. After the program ends, each raw profile is
  * symbolised here, in this process, and written next to `out`.
  */
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { accessSync, constants as fsConstants, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { constants as osConstants, tmpdir } from 'node:os';
 import { dirname, extname, join, resolve } from 'node:path';
@@ -75,7 +75,7 @@ export type RunResult =
       signal: NodeJS.Signals | null;
       /** Every process the preload reached, the main one first. */
       processes: ProcessReport[];
-      /** Why there is no profile, when there is none. */
+      /** Why the main process left no profile, when it left none (others may have). */
       noProfile?: string;
       /** A warning to show before the results (e.g. the preload cannot reach the program). */
       warning?: string;
@@ -101,7 +101,7 @@ export function checkOut(out: string): void {
 
 /** What run tells its processes (a run inside a run starts afresh); the user's own
  * MIMALLOC_PPROF_* settings (the Node API's) pass through. */
-const RUN_VARIABLES = ['RUN_DIR', 'RUN_PID', 'MAIN_ONLY', 'LD_PRELOAD', 'NODE_OPTIONS', 'NO_GC', 'ADDON'].map((v) => `MIMALLOC_PPROF_${v}`);
+const RUN_VARIABLES = ['RUN_DIR', 'RUN_PID', 'MAIN_ONLY', 'NODE_OPTIONS', 'NO_GC', 'ADDON'].map((v) => `MIMALLOC_PPROF_${v}`);
 
 /** The signals `run` passes on to its program (it ends when they end the program). */
 const FORWARDED = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const;
@@ -121,9 +121,9 @@ export function withPid(out: string, pid: number): string {
 
 /**
  * The environment of the program: the preload, its settings, and Node's flags and hook. With
- * `mainOnly` the preload takes itself out of LD_PRELOAD in the process it starts in
- * (native/src/lifecycle.c), the exit hook restores NODE_OPTIONS there, and a program that is
- * not Node gets no Node options at all: its children see the environment run was given.
+ * `mainOnly` the preload stays inert in every process but the one run starts (or what it
+ * exec's: native/src/lifecycle.c), the exit hook restores NODE_OPTIONS in a Node main process,
+ * and a program that is not Node gets no Node options at all.
  */
 function programEnv(opts: RunOptions, runDir: string, isNode: boolean): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = { ...process.env };
@@ -131,7 +131,6 @@ function programEnv(opts: RunOptions, runDir: string, isNode: boolean): NodeJS.P
   const preload = unsplittable(libraryPath(), runDir);
   if (opts.mainOnly) {
     env.MIMALLOC_PPROF_MAIN_ONLY = '1';
-    env.MIMALLOC_PPROF_LD_PRELOAD = env.LD_PRELOAD ?? '';
     env.MIMALLOC_PPROF_NODE_OPTIONS = env.NODE_OPTIONS ?? '';
   }
   env.LD_PRELOAD = env.LD_PRELOAD ? `${preload}:${env.LD_PRELOAD}` : preload;
@@ -192,16 +191,21 @@ function denoArgs(args: string[], runDir: string, lib: string, env: NodeJS.Proce
 
 /** Starts the program, passes signals on to it, and resolves when it ends. */
 async function launch(file: string, args: string[], argv0: string, env: NodeJS.ProcessEnv) {
-  const child = spawn(file, args, { stdio: 'inherit', env, argv0 });
   // Passed on, so that `kill -INT <run>` and a container's SIGTERM reach the program; a
-  // Ctrl-C that reaches both is delivered to the program once (native/src/signals.c).
+  // Ctrl-C that reaches both is delivered to the program once (native/src/signals.c). The
+  // listeners come first: a fast program can be running, and signalled, before spawn returns.
+  let child: ChildProcess | undefined;
+  const pending: NodeJS.Signals[] = [];
   const forwarders = FORWARDED.map((signal) => {
     const forward = () => {
-      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      if (child === undefined) pending.push(signal);
+      else if (child.exitCode === null && child.signalCode === null) child.kill(signal);
     };
     process.on(signal, forward);
     return [signal, forward] as const;
   });
+  child = spawn(file, args, { stdio: 'inherit', env, argv0 });
+  for (const signal of pending) child.kill(signal);
   const ended = await new Promise<{ code: number | null; signal: NodeJS.Signals | null } | Error>((done) => {
     child.once('error', (e) => done(e));
     child.once('exit', (code, signal) => done({ code, signal }));
@@ -277,7 +281,7 @@ export async function runProgram(opts: RunOptions): Promise<RunResult> {
     const obstacle = preloadObstacle(file);
     const deno = opts.profile ? denoExecutable(file) : undefined;
     const launched = deno ?? file;
-    const launchArgs = deno ? denoArgs(args, runDir, libraryPath(), env) : args;
+    const launchArgs = deno ? denoArgs(args, runDir, unsplittable(libraryPath(), runDir), env) : args;
 
     const { pid: mainPid, ended } = await launch(launched, launchArgs, deno ? 'deno' : cmd, env);
     if (ended instanceof Error) {
@@ -299,14 +303,18 @@ export async function runProgram(opts: RunOptions): Promise<RunResult> {
           ': it did not run on mimalloc and nothing was profiled',
       };
     }
-    const processes: ProcessReport[] = markers
+    // every process with a marker, and any with a raw profile but none (belt and braces: a
+    // forked child writes its marker in fork's child handler)
+    const raws = new Set(readdirSync(runDir).flatMap((f) => /^raw\.(\d+)\.pb$/.exec(f)?.[1] ?? []).map(Number));
+    const known = new Set(markers.map((m) => m.pid));
+    const all: ProcessMarker[] = [...markers, ...[...raws].filter((pid) => !known.has(pid)).map((pid) => ({ pid, cwd: '', ppid: 0, argv: [] }))];
+    const processes: ProcessReport[] = all
       .map((m) => ({ ...m, main: m.pid === mainPid }))
       .sort((a, b) => (a.main ? -1 : b.main ? 1 : a.pid - b.pid));
     const result: RunResult = { kind: 'ended', status, code, signal, processes, ...(obstacle ? { warning: obstacle } : {}) };
     if (!opts.profile) return result;
-    const raws = new Set(readdirSync(runDir).flatMap((f) => /^raw\.(\d+)\.pb$/.exec(f)?.[1] ?? []).map(Number));
     for (const p of processes) if (raws.has(p.pid)) finishProfile(opts, runDir, p);
-    if (raws.size === 0) result.noProfile = whyNoProfile(cmd, code, signal);
+    if (!raws.has(mainPid)) result.noProfile = whyNoProfile(cmd, code, signal);
     return result;
   } finally {
     rmSync(runDir, { recursive: true, force: true });

@@ -102,7 +102,7 @@ export function startWatchdog(runDir: string): void {
   }
 }
 
-const SPLITTING = /[\s:"'\\$]/;
+const SPLITTING = /[\s:,"'\\$]/;
 
 /**
  * LD_PRELOAD splits on spaces and colons and NODE_OPTIONS on spaces, with no way to quote in
@@ -111,7 +111,8 @@ const SPLITTING = /[\s:"'\\$]/;
  * loads the target: the program sees the real file.
  */
 export function unsplittable(file: string, runDir: string): string {
-  // whitespace and colons split; quotes and backslashes are NODE_OPTIONS's escapes
+  // whitespace and colons split; quotes and backslashes are NODE_OPTIONS's escapes; commas
+  // split Deno's --allow-ffi list
   if (!SPLITTING.test(file)) return file;
   const link = join(runDir, basename(file).replace(new RegExp(SPLITTING.source, 'g'), '_'));
   if (SPLITTING.test(link)) throw new FileAccessError(`run: the temporary folder ${runDir} holds a space, a colon or a quote: set TMPDIR to one without`);

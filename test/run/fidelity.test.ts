@@ -394,6 +394,23 @@ describe('process trees: who each process was, the one that used the most detail
     assert.match(r.stderr, /in-use memory of node \(pid \d+\) at exit[\s\S]*big/);
   });
 
+  test('a child that forks without exec is profiled and listed with its parent', () => {
+    const dir = tempDir();
+    const bin = cProgram(
+      dir,
+      'forker',
+      '#include <sys/wait.h>\n' +
+        '__attribute__((noinline)) static void in_child(void){static void* volatile q; q = malloc(6<<20); memset(q, 2, 4096);}\n' +
+        'int main(void){hold8(); pid_t c = fork(); if (c == 0) { in_child(); exit(0); } int st; waitpid(c, &st, 0); return WEXITSTATUS(st);}\n',
+    );
+    const r = spawnSync(process.execPath, [cli, 'run', '--interval', '64k', '--out', 'f.pb.gz', '--', bin], { cwd: dir, encoding: 'utf8', timeout: 60_000 });
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(r.stderr, /mimalloc-pprof: 2 processes/);
+    const child = readdirSync(dir).find((f) => /^f\.\d+\.pb\.gz$/.test(f));
+    assert.ok(child, r.stderr);
+    assert.ok(inuseOf(join(dir, child), 'in_child') >= 5 << 20);
+  });
+
   test('run -- npx tsc: the tsc process is the one detailed, each process on its line', () => {
     const dir = tempDir();
     symlinkSync(join(root, 'node_modules'), join(dir, 'node_modules'));
@@ -409,20 +426,28 @@ describe('process trees: who each process was, the one that used the most detail
     assert.ok(existsSync(join(dir, 'out', 'a.js')), 'tsc did its work');
   });
 
-  test('--main-only: only the process run started is profiled; its children see the environment run was given', () => {
+  test('--main-only: only the process run started is profiled (through a #! env wrapper too); its children get the NODE_OPTIONS run was given', () => {
     const dir = tempDir();
     const parent =
       "const {execFileSync}=require('node:child_process');" +
-      "execFileSync(process.execPath,['-e','console.log(JSON.stringify({pre: process.env.LD_PRELOAD ?? null, opts: process.env.NODE_OPTIONS ?? null}))'],{stdio:'inherit'});";
+      "execFileSync(process.execPath,['-e','console.log(JSON.stringify({opts: process.env.NODE_OPTIONS ?? null}))'],{stdio:'inherit'});";
     const r = spawnSync(process.execPath, [cli, 'run', '--main-only', '--out', 'main.pb.gz', '--', 'node', '-e', parent], { cwd: dir, encoding: 'utf8', timeout: 60_000, env: { ...process.env, NODE_OPTIONS: '--no-warnings' } });
     assert.equal(r.status, 0, r.stderr);
-    assert.deepEqual(JSON.parse(r.stdout.trim()), { pre: process.env.LD_PRELOAD ?? null, opts: '--no-warnings' });
+    assert.deepEqual(JSON.parse(r.stdout.trim()), { opts: '--no-warnings' });
     assert.deepEqual(readdirSync(dir), ['main.pb.gz']);
+    // a `#!/usr/bin/env node` script: env is the process run starts, node what it exec's
+    const script = join(dir, 'tool');
+    writeFileSync(script, `#!/usr/bin/env node\nfunction keepMain(){globalThis.k=Buffer.alloc(4<<20,1)} keepMain();\n${parent}\n`);
+    chmodSync(script, 0o755);
+    const viaEnv = spawnSync(process.execPath, [cli, 'run', '--main-only', '--interval', '64k', '--out', 'tool.pb.gz', '--', script], { cwd: dir, encoding: 'utf8', timeout: 60_000 });
+    assert.equal(viaEnv.status, 0, viaEnv.stderr);
+    assert.ok(inuseOf(join(dir, 'tool.pb.gz'), 'keepMain') >= 3 << 20, viaEnv.stderr);
+    assert.deepEqual(readdirSync(dir).filter((f) => f.startsWith('tool.')), ['tool.pb.gz']);
     // a program that is not Node: its Node children get no Node options either
     const sh = spawnSync(process.execPath, [cli, 'run', '--main-only', '--out', 'sh.pb.gz', '--', 'bash', '-c', `"${process.execPath}" -e 'console.log(process.env.NODE_OPTIONS ?? "none")'; true`], { cwd: dir, encoding: 'utf8', timeout: 60_000 });
     assert.equal(sh.status, 0, sh.stderr);
     assert.equal(sh.stdout.trim(), 'none');
-    assert.deepEqual(readdirSync(dir).sort(), ['main.pb.gz', 'sh.pb.gz']);
+    assert.deepEqual(readdirSync(dir).filter((f) => f.endsWith('.pb.gz')).sort(), ['main.pb.gz', 'sh.pb.gz', 'tool.pb.gz']);
   });
 });
 
