@@ -351,6 +351,7 @@ void mp_signals_install(void); /* at load, when a dump at exit is asked for */
 /* ---- lifecycle.c: load and exit ---- */
 const char* mp_run_dir(void); /* MIMALLOC_PPROF_RUN_DIR, or NULL */
 const char* mp_getenv(const char* name); /* from `environ`, without allocating */
+int mp_run_pid(void);                    /* MIMALLOC_PPROF_RUN_PID, 0 when not under run */
 void mp_mark_loaded(void);                /* under run: <run dir>/loaded.<pid> (lifecycle.c) */
 void mp_fork_child_under_run(void);       /* fork's child handler, after the locks are reset */
 /* Held around the profiler's own calls that take the loader's lock while other threads run

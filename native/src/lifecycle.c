@@ -136,7 +136,7 @@ void mp_mark_loaded(void) {
 }
 
 /* `run`'s pid (MIMALLOC_PPROF_RUN_PID), 0 when not under run. */
-static pid_t run_pid(void) {
+int mp_run_pid(void) {
   const char* s = mp_getenv("MIMALLOC_PPROF_RUN_PID");
   pid_t run = 0;
   if (s == NULL) return 0;
@@ -153,7 +153,7 @@ static bool main_only(void) {
  * (SIGKILL, a crash) must not leave its program running orphaned. Only the process whose
  * parent is run (its children have their own parents). */
 static void die_with_run(void) {
-  pid_t run = run_pid();
+  pid_t run = mp_run_pid();
   if (mp_run_dir() == NULL || run <= 1 || run != getppid()) return;
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != run) raise(SIGKILL); /* run died before the request took */
@@ -165,7 +165,7 @@ static void die_with_run(void) {
  * `#!/usr/bin/env node` script's main process is env, which must pass it on to node, and bash
  * hands its children the environment it started with.) */
 static bool not_the_main_process(void) {
-  return main_only() && (run_pid() <= 1 || getppid() != run_pid());
+  return main_only() && (mp_run_pid() <= 1 || getppid() != mp_run_pid());
 }
 
 /* A forked child under run: it profiles as its parent did and says so (loaded.<pid>), unless

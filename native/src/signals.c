@@ -235,12 +235,8 @@ __attribute__((visibility("default"))) sighandler_t signal(int sig, sighandler_t
 }
 
 void mp_signals_install(void) {
-  const char* pid = mp_getenv("MIMALLOC_PPROF_RUN_PID");
-  if (pid != NULL) {
-    pid_t p = 0;
-    for (; *pid >= '0' && *pid <= '9'; pid++) p = p * 10 + (*pid - '0');
-    if (*pid == 0 && p == getppid()) run_pid = p;
-  }
+  pid_t run = mp_run_pid();
+  if (run > 1 && run == getppid()) run_pid = run;
   for (unsigned i = 0; i < MANAGED; i++) {
     struct sigaction cur;
     if (__sigaction(managed[i], NULL, &cur) != 0) continue;

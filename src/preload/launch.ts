@@ -16,19 +16,24 @@ export function which(cmd: string, env: Record<string, string | undefined> = pro
   return undefined;
 }
 
+/** The first `bytes` bytes of a file (fewer when it is shorter). */
+function readHead(file: string, bytes: number): Buffer {
+  const head = Buffer.alloc(bytes);
+  const fd = openSync(file, 'r');
+  try {
+    return head.subarray(0, readSync(fd, head, 0, bytes, 0));
+  } finally {
+    closeSync(fd);
+  }
+}
+
 /** Why LD_PRELOAD cannot reach this file's allocator (static or setuid), if it cannot. */
 export function preloadObstacle(file: string): string | undefined {
   try {
     const st = statSync(file);
     if (st.mode & 0o6000) return `${file} is setuid/setgid: the dynamic loader ignores LD_PRELOAD for it`;
-    const head = Buffer.alloc(4096);
-    const fd = openSync(file, 'r');
-    let got = 0;
-    try {
-      got = readSync(fd, head, 0, head.length, 0);
-    } finally {
-      closeSync(fd);
-    }
+    const head = readHead(file, 4096);
+    const got = head.length;
     if (got < 64 || head.readUInt32BE(0) !== 0x7f454c46) return undefined; // a script: its interpreter decides
     const phoff = Number(head.readBigUInt64LE(0x20));
     const phentsize = head.readUInt16LE(0x36);
@@ -50,15 +55,7 @@ export function isNodeProgram(file: string): boolean {
   try {
     const real = realpathSync(file);
     if (/^node(js)?[\d.-]*$/.test(basename(real))) return true;
-    const head = Buffer.alloc(256);
-    const fd = openSync(real, 'r');
-    let got = 0;
-    try {
-      got = readSync(fd, head, 0, head.length, 0);
-    } finally {
-      closeSync(fd);
-    }
-    const first = head.subarray(0, got).toString('latin1').split('\n')[0] ?? '';
+    const first = readHead(real, 256).toString('latin1').split('\n')[0] ?? '';
     return first.startsWith('#!') && /\bnode(js)?\b/.test(first);
   } catch {
     return false;

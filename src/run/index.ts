@@ -22,7 +22,7 @@ import { Profile as ProfileCodec } from 'pprof-format';
 import { UsageError } from '../errors.js';
 import { denoExecutable, isNodeProgram, preloadObstacle, which } from '../preload/launch.js';
 import { addonPath, libraryPath, packageRoot } from '../preload/library.js';
-import { encodeHeapText, encodeProfile } from '../profile/index.js';
+import { encodeHeapText, encodeProfile, findSampleType, totalValue } from '../profile/index.js';
 import { writeFileAtomic } from '../profile/files.js';
 import { isPreloadLibrary, symbolize } from '../symbolize/index.js';
 import { recordedNumber } from '../symbolize/raw.js';
@@ -227,13 +227,6 @@ export function whyNoProfile(cmd: string, code: number | null, signal: NodeJS.Si
   );
 }
 
-function inuseOf(profile: Profile): number {
-  const str = (i: number | bigint) => profile.stringTable.strings[Number(i)] ?? '';
-  const col = profile.sampleType.findIndex((t) => str(t.type) === 'inuse_space');
-  if (col < 0) return 0;
-  return profile.sample.reduce((a, s) => a + Number(s.value[col] ?? 0), 0);
-}
-
 /** Names one process's raw profile, records who it was, and writes it. */
 function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport): void {
   const started = performance.now();
@@ -254,7 +247,8 @@ function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport): void
   debug('postprocess pid=%d samples=%d ms=%s', p.pid, profile.sample.length, (performance.now() - started).toFixed(1));
   p.file = resolve(out);
   p.profile = profile;
-  p.inuseBytes = inuseOf(profile);
+  const inuse = findSampleType(profile, 'inuse_space');
+  p.inuseBytes = inuse >= 0 ? totalValue(profile, inuse) : 0;
   const peak = recordedNumber(profile, 'peak_rss');
   if (peak !== undefined && peak > 0) p.peakRssBytes = peak;
 }
