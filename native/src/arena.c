@@ -21,8 +21,11 @@
  * 3.x (the header we build against decides). 3.x serves alignments up to 64 KiB and blocks
  * up to 32 MiB from an arena, 2.x alignments up to 16 MiB; beyond, the arena heap returns
  * NULL and the sample is dropped. */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <mimalloc.h>
+#include <sys/mman.h>
+#include <time.h>
 
 #include "internal.h"
 
@@ -31,13 +34,46 @@ static atomic_bool arena_ready;
 static mi_arena_id_t arena_id;
 static uintptr_t arena_lo, arena_size;
 
+/* Where the arena goes: low in the address space, below mimalloc's own segments (2.x hints
+ * them from 2 TiB up; 3.x and the kernel map from the top down), so that free's filter sends
+ * nearly every pointer on with one compare against the arena's end (interpose.c). The base is
+ * random among LOW_SLOTS aligned places, as mimalloc randomises its own hints. */
+#define LOW_FROM ((uintptr_t)256 << 30)
+#define LOW_UNTIL ((uintptr_t)1792 << 30)
+#define LOW_ALIGN ((uintptr_t)64 << 20) /* a multiple of both majors' segment alignment */
+
+static void* reserve_low(size_t bytes) {
+#if UINTPTR_MAX > 0xffffffffu && defined(MAP_FIXED_NOREPLACE)
+  if (bytes % LOW_ALIGN != 0 || bytes > LOW_UNTIL - LOW_FROM) return NULL;
+  uintptr_t slots = (LOW_UNTIL - LOW_FROM - bytes) / LOW_ALIGN;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  uint64_t r = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)(uintptr_t)&ts;
+  for (int tries = 0; tries < 4; tries++) {
+    r = (r ^ (r >> 31)) * 0x9E3779B97F4A7C15ull;
+    void* hint = (void*)(LOW_FROM + (uintptr_t)(r % slots) * LOW_ALIGN);
+    void* p = mmap(hint, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p == hint) return p;
+    if (p != MAP_FAILED) munmap(p, bytes); /* a kernel before 4.17 took the address as a hint */
+  }
+#else
+  (void)bytes;
+#endif
+  return NULL;
+}
+
 bool mp_arena_init(size_t bytes) {
   if (atomic_load(&arena_ready)) return true;
   mp_lock(&arena_lock);
   if (!atomic_load(&arena_ready)) {
     mi_arena_id_t id;
     int saved = errno;
-    if (mi_reserve_os_memory_ex(bytes, false /*commit*/, false /*large*/, true /*exclusive*/, &id) == 0) {
+    bytes = (bytes + LOW_ALIGN - 1) & ~(LOW_ALIGN - 1);
+    void* low = reserve_low(bytes);
+    bool managed = low != NULL && mi_manage_os_memory_ex(low, bytes, false /*committed*/, false /*large*/, true /*zero*/,
+                                                         -1 /*numa*/, true /*exclusive*/, &id);
+    if (low != NULL && !managed) munmap(low, bytes);
+    if (managed || mi_reserve_os_memory_ex(bytes, false /*commit*/, false /*large*/, true /*exclusive*/, &id) == 0) {
       size_t size = 0;
       void* lo = mi_arena_area(id, &size);
       if (lo != NULL && size != 0) {

@@ -140,6 +140,7 @@ typedef struct mp_thread_s {
    * (it may hold a table lock): acted on when the thread leaves it (mp_profiler_leave). */
   volatile int deferred_signal;
   bool registered;      /* on the registry (thread.c) */
+  int32_t tid;          /* the kernel's thread id, 0 until asked (and again in a fork child) */
   struct mp_thread_s* next; /* the registry's links, under its lock */
   struct mp_thread_s* prev;
   void* heap;           /* this thread's heap in the sample arena, made on first use */
@@ -164,11 +165,11 @@ static inline void mp_profiler_leave(mp_thread_t* t, bool guard) {
   if (__builtin_expect(!guard && t->deferred_signal != 0, 0)) mp_signal_resume();
 }
 
-/* The free-side filter: a pointer p needs the slow path iff p - lo < size (unsigned).
- * It is the sample arena while profiling, everything while memory events are on, and
- * empty otherwise. */
+/* The free-side filter: a pointer p needs the slow path iff lo <= p < hi. It is the sample
+ * arena while profiling, everything while memory events are on, and empty otherwise. The
+ * arena sits below other heap memory (arena.c), so `p >= hi` alone decides most frees. */
 extern uintptr_t mp_filter_lo;
-extern uintptr_t mp_filter_size;
+extern uintptr_t mp_filter_hi;
 
 #define MP_CHECK_PERIOD ((uint64_t)64 * 1024)
 
@@ -234,10 +235,30 @@ void mp_threads_unlock(void);
 void mp_threads_child_reinit(void);
 void* mp_thread_start(void* start);     /* the wrapped threads' root frame */
 
+/* ---- unwind.c: per-address unwind rules from .eh_frame (x86-64, glibc >= 2.35) ---- */
+#if defined(__x86_64__) && defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+#define MP_UNWIND_CFI 1
+#else
+#define MP_UNWIND_CFI 0
+#endif
+enum { MP_RULE_FP = 0, MP_RULE_CFI = 1, MP_RULE_END = 2 };
+typedef struct mp_unwind_rule_s {
+  int32_t cfa_off; /* MP_RULE_CFI: CFA = (cfa_rbp ? rbp : rsp) + cfa_off; return address at CFA - 8 */
+  int16_t fp_off;  /* rbp saved at CFA + fp_off; 0: rbp unchanged */
+  uint8_t kind;    /* MP_RULE_FP: take the step by the frame-pointer chain; MP_RULE_END: outermost */
+  bool cfa_rbp;
+} mp_unwind_rule_t;
+_Static_assert(sizeof(mp_unwind_rule_t) == 8, "a rule packs into one cache word");
+/* The rule at code address pc (a return address minus one). Never allocates or locks. */
+void mp_unwind_rule(uintptr_t pc, mp_unwind_rule_t* out);
+uint64_t mp_unwind_misses(void);   /* rules parsed rather than found in the cache */
+void mp_unwind_child_reinit(void); /* fork child only */
+
 /* ---- stack.c ---- */
 void mp_stack_init(void);          /* warm up the unwinder, learn our own text range */
-/* Fills up to max return addresses, leaf first, starting with `ra`. */
-unsigned mp_stack_capture(uintptr_t* frames, unsigned max, void* ra, void* fp);
+/* Fills up to max return addresses, leaf first, starting with `ra`: the caller's return
+ * address, its stack pointer after the return (`sp`) and its frame pointer (`fp`). */
+unsigned mp_stack_capture(uintptr_t* frames, unsigned max, void* ra, uintptr_t sp, uintptr_t fp);
 
 /* ---- table.c: stacks x size buckets and the live-sample records ---- */
 typedef struct mp_bucket_s {
@@ -257,8 +278,9 @@ typedef struct mp_bucket_s {
 
 void mp_table_init(void);
 /* Records a sample of `size` bytes at p. False when the profiler memory budget is hit. */
+/* `thread_name` is asked only when a bucket is made, outside the table's locks. */
 bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned depth, int32_t tid,
-                  const char thread[16]);
+                  void (*thread_name)(char out[16]));
 /* Removes the record of p if there is one; returns its requested size, or 0. */
 size_t mp_table_remove(uintptr_t p);
 void mp_table_clear(void);        /* stop: drop everything */

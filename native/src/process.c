@@ -51,6 +51,8 @@ static void fork_child(void) {
   mp_lock_reset(&mp_loader_lock);
   mp_locks_forget();
   mp_tls.deferred_signal = 0; /* it was sent to the parent */
+  mp_tls.tid = 0;             /* the child is another thread of another process */
+  mp_unwind_child_reinit();
   mp_fork_child_under_run();
   mp_tls.in_profiler = fork_guard;
   mp_tls.in_sample = fork_in_sample;

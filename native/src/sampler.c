@@ -38,7 +38,7 @@ static __thread bool tls_forced __attribute__((tls_model("initial-exec")));
 static __thread uint64_t tls_left __attribute__((tls_model("initial-exec")));
 
 uintptr_t mp_filter_lo;
-uintptr_t mp_filter_size;
+uintptr_t mp_filter_hi;
 mp_exact_t mp_exact;
 atomic_bool mp_events_on;
 static atomic_ullong dropped;
@@ -146,9 +146,9 @@ void mp_filter_update(bool profiling) {
   } else if (profiling) {
     mp_arena_range(&lo, &size);
   }
-  __atomic_store_n(&mp_filter_size, UINTPTR_MAX, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&mp_filter_hi, UINTPTR_MAX, __ATOMIC_SEQ_CST);
   __atomic_store_n(&mp_filter_lo, lo, __ATOMIC_SEQ_CST);
-  __atomic_store_n(&mp_filter_size, size, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&mp_filter_hi, lo + size, __ATOMIC_SEQ_CST);
   mp_entry_update(size != 0);
 }
 
@@ -180,25 +180,57 @@ static bool in_arena(const void* p) {
   return (uintptr_t)p - lo < size;
 }
 
-/* The calling thread's name (NUL-padded); read per sample, since threads rename themselves. */
-static const char* thread_name(void) {
-  static __thread char name[16] __attribute__((tls_model("initial-exec")));
-  memset(name, 0, sizeof(name));
-  if (prctl(PR_GET_NAME, name, 0, 0, 0) != 0) memcpy(name, "?", 2);
-  return name;
+/* The calling thread's name (NUL-padded), for a bucket being made. Threads rename
+ * themselves (libuv and V8 do, as they start), so the name is read again when the cached one
+ * is older than NAME_TTL_NS; the kernel's answer costs a system call, which a sample of a
+ * block that is freed at once (its bucket made anew every time) would otherwise pay. */
+#define NAME_TTL_NS 100000000ull /* 100 ms */
+static __thread char tls_name[16] __attribute__((tls_model("initial-exec")));
+static __thread uint64_t tls_name_at __attribute__((tls_model("initial-exec")));
+
+static void thread_name(char out[16]) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + 1; /* never 0 */
+  if (tls_name_at == 0 || now - tls_name_at > NAME_TTL_NS) {
+    memset(tls_name, 0, sizeof(tls_name));
+    if (prctl(PR_GET_NAME, tls_name, 0, 0, 0) != 0) memcpy(tls_name, "?", 2);
+    tls_name_at = now;
+  }
+  memcpy(out, tls_name, sizeof(tls_name));
 }
+
+/* The kernel's id of the calling thread, asked once per thread (a fork child asks again). */
+static int32_t thread_id(mp_thread_t* t) {
+  if (mp_unlikely(t->tid == 0)) t->tid = (int32_t)syscall(SYS_gettid);
+  return t->tid;
+}
+
+/* The caller's registers as a slow path finds them. */
+typedef struct caller_s {
+  void* ra;     /* its pc: the return address of the interposed call */
+  uintptr_t sp; /* its stack pointer once that call returns */
+  uintptr_t fp; /* its rbp */
+} caller_t;
+
+/* Entry points leave rbp alone and reach the slow paths by tail jumps, so a slow path's own
+ * frame sits right on the caller's: its saved rbp is the caller's rbp, its return address
+ * the caller's pc, and the caller's stack pointer is just above. */
+#define CALLER_OF(frame, ra_)                                                                       \
+  (mp_assert(((void**)(frame))[1] == (ra_)),                                                         \
+   (caller_t){.ra = (ra_), .sp = (uintptr_t)((void**)(frame) + 2), .fp = (uintptr_t)((void**)(frame))[0]})
 
 /* Allocates a sampled block in the arena and records it; a sample that cannot be kept
  * (arena full or alignment too large, budget hit, thread exiting) is counted as dropped
  * and the allocation is served normally. */
-static void* sampled_alloc(size_t size, size_t align, bool zero, void* ra, void* fp) {
+static void* sampled_alloc(mp_thread_t* t, size_t size, size_t align, bool zero, const caller_t* c) {
   uintptr_t frames[MI_PROF_MAX_BT];
-  unsigned depth = mp_stack_capture(frames, mp_state.bt_max, ra, fp);
+  unsigned depth = mp_stack_capture(frames, mp_state.bt_max, c->ra, c->sp, c->fp);
   void* p = mp_arena_alloc(size, align, zero);
   if (p == NULL) {
     p = plain_alloc(size, align, zero);
     if (p != NULL) mp_count_dropped();
-  } else if (!mp_table_add((uintptr_t)p, size, frames, depth, (int32_t)syscall(SYS_gettid), thread_name())) {
+  } else if (!mp_table_add((uintptr_t)p, size, frames, depth, thread_id(t), thread_name)) {
     mp_count_dropped();
   }
   return p;
@@ -223,7 +255,7 @@ static inline void leave_sample(mp_thread_t* t, bool was) {
 
 /* `undo` is what the fast path subtracted from the countdown for this request. */
 static void* alloc_common(mp_thread_t* t, uint64_t left, uint64_t undo, size_t size, size_t align, unsigned flags,
-                          void* ra, void* fp) {
+                          const caller_t* c) {
   bool zero = (flags & MP_ZERO) != 0;
   void* p;
   if (t->in_profiler) {
@@ -233,7 +265,7 @@ static void* alloc_common(mp_thread_t* t, uint64_t left, uint64_t undo, size_t s
     p = plain_alloc(size, align, zero);
   } else {
     bool was = enter_sample(t);
-    if (decide(t, left, size)) p = sampled_alloc(size, align, zero, ra, fp);
+    if (decide(t, left, size)) p = sampled_alloc(t, size, align, zero, c);
     else p = plain_alloc(size, align, zero);
     if (tls_forced) count_alloc(p);
     leave_sample(t, was);
@@ -247,15 +279,15 @@ static uint64_t left_before(mp_thread_t* t, size_t size) { return tls_forced ? t
 
 mp_noinline void* mp_alloc_slow(size_t size, size_t align, unsigned flags, void* ra) {
   mp_thread_t* t = &mp_tls;
-  void* fp = ((void**)__builtin_frame_address(0))[0]; /* the caller's frame: entry points keep rbp */
-  return alloc_common(t, left_before(t, size), size, size, align, flags, ra, fp);
+  caller_t c = CALLER_OF(__builtin_frame_address(0), ra);
+  return alloc_common(t, left_before(t, size), size, size, align, flags, &c);
 }
 
 mp_noinline int mp_posix_memalign_slow(void** out, size_t align, size_t size, void* ra) {
   mp_thread_t* t = &mp_tls;
-  void* fp = ((void**)__builtin_frame_address(0))[0];
+  caller_t c = CALLER_OF(__builtin_frame_address(0), ra);
   int saved = errno;
-  void* p = alloc_common(t, left_before(t, size), size, size, align, 0, ra, fp);
+  void* p = alloc_common(t, left_before(t, size), size, size, align, 0, &c);
   errno = saved;
   if (p == NULL) return ENOMEM;
   *out = p;
@@ -279,9 +311,9 @@ mp_noinline void mp_free_slow(void* p) {
 
 mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
   mp_thread_t* t = &mp_tls;
-  void* fp = ((void**)__builtin_frame_address(0))[0];
+  caller_t c = CALLER_OF(__builtin_frame_address(0), ra);
   uint64_t left = tls_forced ? tls_left : t->countdown; /* realloc's fast path subtracts nothing */
-  if (p == NULL) return alloc_common(t, left, 0, size, 0, 0, ra, fp);
+  if (p == NULL) return alloc_common(t, left, 0, size, 0, 0, &c);
   if (size == 0) { /* glibc: realloc(p, 0) frees p and returns NULL */
     mp_free_slow(p);
     return NULL;
@@ -294,7 +326,7 @@ mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
   bool was_in_arena = in_arena(p);
   void* q;
   if (sampled) {
-    q = sampled_alloc(size, 0, false, ra, fp);
+    q = sampled_alloc(t, size, 0, false, &c);
     if (q != NULL) {
       size_t keep = mi_usable_size(p);
       memcpy(q, p, keep < size ? keep : size);

@@ -1,12 +1,20 @@
 /* Stack capture inside malloc.
  *
- * First a frame-pointer walk: cheap (about a nanosecond a frame), and the only method that
- * crosses V8's JIT frames, which have frame pointers but no unwind tables. Every step is
- * checked against the thread's stack bounds, alignment and strictly increasing addresses.
- * A chain that ends on a bad link, or on a null frame pointer anywhere but in libc's thread
- * and process start routines (code built without frame pointers: glibc's strdup,
- * libstdc++, programs built with -O2, where rbp may still be the 0 that _start left), is
- * captured again with the unwind-table unwinder (glibc backtrace); the deeper one is kept.
+ * Where unwind rules are available (unwind.c: x86-64, glibc >= 2.35) the walk follows them
+ * from the caller's exact registers (pc, sp, rbp): a frame of code built without frame
+ * pointers steps by its call-frame information, a frame that no object describes (V8's JIT
+ * code, which keeps frame pointers) by the frame-pointer chain, and the walk ends where the
+ * rules mark the outermost frame (_start, the thread start in clone). Each step reads at most
+ * two words, both checked against the thread's stack bounds and above the previous frame, so
+ * the stack pointer strictly increases and a wrong rule can end a stack early but never read
+ * outside the stack. A warm step costs a cache probe and two loads; no step takes a lock.
+ *
+ * Elsewhere, and on an alternate signal stack (bounds unknown), a frame-pointer walk runs
+ * first: cheap, and the only method that crosses V8's JIT frames. Every step is checked
+ * against the thread's stack bounds, alignment and strictly increasing addresses. A chain
+ * that ends on a bad link, or on a null frame pointer anywhere but in libc's thread and
+ * process start routines, is captured again with the unwind-table unwinder (glibc
+ * backtrace); the deeper one is kept.
  *
  * Runs with mp_tls.in_profiler set and no profiler lock held: backtrace() may allocate on
  * first use (it loads libgcc_s), which mp_stack_init does ahead of time. */
@@ -15,6 +23,7 @@
 #include <execinfo.h>
 #include <link.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -132,14 +141,92 @@ static unsigned drop_own_frames(uintptr_t* frames, unsigned n) {
   return k;
 }
 
-unsigned mp_stack_capture(uintptr_t* frames, unsigned max, void* ra, void* fp) {
+#if MP_UNWIND_CFI && defined(MP_TEST_HOOKS)
+/* Test builds: every stack is compared with libgcc's unwinder (glibc backtrace) over the
+ * same frames, and the tally printed at exit; the unwind test reads it. Both start at the
+ * caller of the interposed call; backtrace's own extra frames (this library's) are skipped. */
+static atomic_ullong checked, agreed;
+static void report_check(void) {
+  char line[96];
+  size_t n = 0;
+  const char* a = "unwind check: stacks=";
+  memcpy(line + n, a, strlen(a));
+  n += strlen(a);
+  n += mp_fmt_u64(line + n, atomic_load(&checked));
+  const char* b = " agreed=";
+  memcpy(line + n, b, strlen(b));
+  n += strlen(b);
+  n += mp_fmt_u64(line + n, atomic_load(&agreed));
+  line[n++] = '\n';
+  (void)!write(2, line, n);
+}
+
+static void check_against_reference(const uintptr_t* frames, unsigned n, unsigned max) {
+  static atomic_bool registered;
+  if (!atomic_exchange(&registered, true)) atexit(report_check);
+  uintptr_t other[MI_PROF_MAX_BT];
+  unsigned m = drop_own_frames(other, unwind_tables(other, max));
+  bool same = m == n;
+  for (unsigned i = 0; same && i < n; i++) same = other[i] == frames[i];
+  atomic_fetch_add(&checked, 1);
+  if (same) atomic_fetch_add(&agreed, 1);
+}
+#endif
+
+#if MP_UNWIND_CFI
+/* The rule-driven walk from the caller's registers; frames[0] is pc already. */
+static unsigned rule_walk(uintptr_t* frames, unsigned max, uintptr_t pc, uintptr_t sp, uintptr_t fp, uintptr_t hi) {
+  unsigned n = 1;
+  while (n < max) {
+    mp_unwind_rule_t r;
+    mp_unwind_rule(pc - 1, &r); /* pc is a return address: the call is the byte before */
+    uintptr_t cfa, next_fp = fp;
+    if (r.kind == MP_RULE_END) break;
+    if (r.kind == MP_RULE_CFI) {
+      cfa = (r.cfa_rbp ? fp : sp) + (uintptr_t)(intptr_t)r.cfa_off;
+      if (cfa <= sp || cfa > hi || (cfa & 7) != 0) break;
+      if (r.fp_off != 0) {
+        uintptr_t at = cfa + (uintptr_t)(intptr_t)r.fp_off;
+        if (at < sp || at > hi - sizeof(uintptr_t)) break;
+        next_fp = *(const uintptr_t*)at;
+      }
+    } else {
+      if (fp < sp || fp > hi - 2 * sizeof(uintptr_t) || (fp & 7) != 0) break;
+      cfa = fp + 2 * sizeof(uintptr_t);
+      next_fp = *(const uintptr_t*)fp;
+    }
+    mp_assert(cfa - sizeof(uintptr_t) >= sp && cfa <= hi); /* the only two reads stay on the stack */
+    uintptr_t ret = ((const uintptr_t*)cfa)[-1];
+    if (ret < 4096) break;
+    frames[n++] = ret;
+    pc = ret;
+    sp = cfa;
+    fp = next_fp;
+  }
+  return n;
+}
+#endif
+
+unsigned mp_stack_capture(uintptr_t* frames, unsigned max, void* ra, uintptr_t sp, uintptr_t fp) {
   mp_thread_t* t = &mp_tls;
   mp_assert(t->in_profiler && mp_locks_held() == 0);
   if (max == 0) return 0;
   if (t->stack_lo == 0 && t->stack_hi == 0) learn_bounds(t);
   frames[0] = (uintptr_t)ra;
+#if MP_UNWIND_CFI
+  uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+  if (here >= t->stack_lo && here < t->stack_hi && sp > here && sp <= t->stack_hi) {
+    unsigned n = drop_own_frames(frames, rule_walk(frames, max, (uintptr_t)ra, sp, fp, t->stack_hi));
+#ifdef MP_TEST_HOOKS
+    if (mp_test_hook("MP_TEST_UNWIND_CHECK")) check_against_reference(frames, n, max);
+#endif
+    return n;
+  }
+#else
+  (void)sp;
+#endif
   bool broken;
-  unsigned n = fp_walk(frames, 1, max, (uintptr_t)fp, &broken);
+  unsigned n = fp_walk(frames, 1, max, fp, &broken);
   if (n < max && (broken || !reached_start(frames, n))) {
     uintptr_t other[MI_PROF_MAX_BT];
     unsigned m = unwind_tables(other, max);

@@ -97,16 +97,25 @@ static bool bucket_index_grow(bucket_shard_t* s) {
   return true;
 }
 
-/* Under the shard lock: the bucket for (size, frames), created if absent; NULL on budget. */
-static mp_bucket_t* bucket_get(bucket_shard_t* s, uint64_t h, size_t size, const uintptr_t* frames, unsigned depth,
-                               int32_t tid, const char thread[16]) {
-  if (s->index_cap == 0 && !bucket_index_grow(s)) return NULL;
+/* Under the shard lock: the bucket for (size, frames, tid), or NULL. */
+static mp_bucket_t* bucket_find(const bucket_shard_t* s, uint64_t h, size_t size, const uintptr_t* frames,
+                                unsigned depth, int32_t tid) {
+  if (s->index_cap == 0) return NULL;
   for (mp_bucket_t* b = s->index[h & (s->index_cap - 1)]; b != NULL; b = b->next)
     if (b->hash == h && b->size == size && b->depth == depth && b->tid == tid &&
         memcmp(b->frames, frames, depth * sizeof(uintptr_t)) == 0)
       return b;
+  return NULL;
+}
+
+/* Under the shard lock: the bucket for (size, frames, tid), created if absent; NULL on budget. */
+static mp_bucket_t* bucket_get(bucket_shard_t* s, uint64_t h, size_t size, const uintptr_t* frames, unsigned depth,
+                               int32_t tid, const char thread[16]) {
+  if (s->index_cap == 0 && !bucket_index_grow(s)) return NULL;
+  mp_bucket_t* b = bucket_find(s, h, size, frames, depth, tid);
+  if (b != NULL) return b;
   if (s->count >= s->index_cap) (void)bucket_index_grow(s);
-  mp_bucket_t* b = s->spare[depth];
+  b = s->spare[depth];
   if (b != NULL) {
     s->spare[depth] = b->next;
     b->live = b->allocs = 0;
@@ -197,7 +206,7 @@ static void bucket_release_live(mp_bucket_t* b) {
 }
 
 bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned depth, int32_t tid,
-                  const char thread[16]) {
+                  void (*thread_name)(char out[16])) {
   uint64_t h = hash_stack(size, frames, depth, tid);
   bucket_shard_t* bs = &bshards[bucket_shard_of(h)];
   mp_lock(&bs->lock);
@@ -206,7 +215,18 @@ bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned de
     mp_unlock(&bs->lock);
     return true;
   }
-  mp_bucket_t* b = bucket_get(bs, h, size, frames, depth, tid, thread);
+  mp_bucket_t* b = bucket_find(bs, h, size, frames, depth, tid);
+  if (b == NULL) { /* a new bucket: its thread's name is read with no lock held */
+    mp_unlock(&bs->lock);
+    char name[16];
+    thread_name(name);
+    mp_lock(&bs->lock);
+    if (!atomic_load_explicit(&mp_state.running, memory_order_acquire) || atomic_load(&mp_state.generation) != generation) {
+      mp_unlock(&bs->lock);
+      return true;
+    }
+    b = bucket_get(bs, h, size, frames, depth, tid, name);
+  }
   if (b == NULL) {
     mp_unlock(&bs->lock);
     return false;

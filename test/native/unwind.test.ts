@@ -1,0 +1,48 @@
+/** The stack walk (native/src/stack.c with the unwind rules of unwind.c) against libgcc's
+ * unwinder, stack by stack, in the same process: the test-hooks build compares every sampled
+ * stack with glibc's backtrace() over the same frames and prints the tally at exit. The
+ * fixture reaches malloc through plain, recursive, rbp-addressed and stack-realigning frames,
+ * libc calling back into the program and allocating itself, libstdc++ containers and
+ * exceptions, on the main thread, a pthread and a C11 thread; it is built without frame
+ * pointers (-O2: every frame must come from the call-frame information) and with them. The
+ * positive control takes every step by the frame-pointer chain (MP_TEST_UNWIND_FP_ONLY=1),
+ * which is what a frame-pointer walk alone gets, and the same comparison rejects it. */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import { fixture } from '../helpers.js';
+import { mimallocLabel } from '../mimalloc.js';
+import { buildTestHooks, KV, runUnder } from '../reliability/util.js';
+
+const NO_BUILTIN = ['-fno-builtin-malloc', '-fno-builtin-free', '-fno-builtin-calloc', '-fno-builtin-realloc'];
+const ENV = { MIMALLOC_PROF: '1', MIMALLOC_PROF_SAMPLE_INTERVAL: '4096', MIMALLOC_PROF_SEED: '3', MP_TEST_UNWIND_CHECK: '1' };
+
+function tally(bin: string, env: Record<string, string> = {}) {
+  const r = runUnder(buildTestHooks(), bin, ['60'], { ...ENV, ...env }, 120_000);
+  assert.equal(r.status, 0, r.stderr);
+  const line = r.stderr.split('\n').find((l) => l.startsWith('unwind check:')) ?? '';
+  const kv = new KV(line.replace('unwind check:', '').trim().split(/\s+/).join('\n'));
+  return { stacks: kv.num('stacks'), agreed: kv.num('agreed') };
+}
+
+for (const [variant, flags] of [
+  ['-O2 without frame pointers', ['-O2', '-fomit-frame-pointer']],
+  ['-O0 with frame pointers', ['-O0', '-fno-omit-frame-pointer']],
+] as const) {
+  test(`every sampled stack is the one libgcc's unwinder finds (${variant}, ${mimallocLabel})`, (t) => {
+    const bin = fixture('unwind', { flags: [...NO_BUILTIN, ...flags], variant: flags[0] });
+    const { stacks, agreed } = tally(bin);
+    t.diagnostic(`${agreed} of ${stacks} stacks identical`);
+    // 60 rounds on three threads make a few thousand samples at 4 KiB
+    assert.ok(stacks >= 2000, `only ${stacks} stacks were compared`);
+    assert.equal(agreed, stacks);
+  });
+}
+
+test('positive control: frame-pointer steps alone (MP_TEST_UNWIND_FP_ONLY=1) disagree with libgcc', (t) => {
+  const bin = fixture('unwind', { flags: [...NO_BUILTIN, '-O2', '-fomit-frame-pointer'], variant: '-O2' });
+  const { stacks, agreed } = tally(bin, { MP_TEST_UNWIND_FP_ONLY: '1' });
+  t.diagnostic(`${agreed} of ${stacks} stacks identical`);
+  assert.ok(stacks >= 2000);
+  assert.ok(agreed < stacks / 2, `${agreed} of ${stacks} agreed without the unwind rules`);
+});
