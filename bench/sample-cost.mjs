@@ -41,7 +41,7 @@ const lib = process.env.MIMALLOC_PPROF_LIB ?? join(root, 'build', 'libmimalloc-p
 if (!existsSync(lib)) die(`${lib} is missing: run npm install first`);
 const C_PAIRS = values.quick ? 20_000 : 200_000;
 const NODE_ALLOCS = values.quick ? 10_000 : 100_000;
-const SCALE_PAIRS = values.quick ? 200_000 : 2_000_000;
+const SCALE_PAIRS = values.quick ? 200_000 : 20_000_000;
 
 function die(message) {
   console.error(`bench/sample-cost: ${message}`);

@@ -53,6 +53,40 @@ function decode(path: string): Decoded {
   return { profile, str, samples };
 }
 
+describe('JavaScript frames in native stacks: the whole chain', () => {
+  const chain = ['chainLeaf', 'chainMiddle', 'chainRoot'];
+  const profile = (extra: string[]) => {
+    const dir = tempDir();
+    const out = join(dir, 'chain.pb.gz');
+    const r = mpp(['run', '--interval', '16k', '--seed', '5', ...extra, '--out', out, '--', 'node', join(fixtures, 'js-chain.cjs')]);
+    assert.equal(r.status, 0, r.stderr);
+    const { size } = JSON.parse(r.stdout.trim().split('\n').pop() ?? '{}') as { size: number };
+    return decode(out).samples.filter((s) => s.size === size);
+  };
+  /** Samples of the fixture's blocks whose stacks miss a function of the chain, or have it out of order. */
+  const broken = (samples: ReturnType<typeof profile>) =>
+    samples.filter((s) => {
+      const at = chain.map((n) => s.names.indexOf(n));
+      return at.some((i) => i < 0) || !(at[0]! < at[1]! && at[1]! < at[2]!);
+    });
+
+  test('every sample of the blocks carries chainLeaf, chainMiddle and chainRoot in order', (t) => {
+    const samples = profile([]);
+    t.diagnostic(`${samples.length} samples of the fixture's blocks, ${broken(samples).length} without the whole chain`);
+    // 600 retained blocks of 65 KiB at R = 16 KiB: p = 0.98 each, in one or a few stacks
+    const objects = samples.reduce((a, s) => a + s.inuseObjects, 0);
+    t.diagnostic(`${objects} objects estimated in use (600 retained)`);
+    assert.ok(samples.length >= 1 && objects > 500, `${samples.length} samples, ${objects} objects`);
+    assert.deepEqual(broken(samples).map((s) => s.names.join(' < ')).slice(0, 3), []);
+  });
+
+  test('positive control: stacks cut to 6 frames (--bt-max 6) lose the chain', () => {
+    const samples = profile(['--bt-max', '6']);
+    assert.ok(samples.length >= 1);
+    assert.ok(broken(samples).length === samples.length, 'the chain check passed with cut stacks');
+  });
+});
+
 describe('a Node program: JavaScript functions named inside native stacks', () => {
   const dir = tempDir();
   const out = join(dir, 'retain.pb.gz');
