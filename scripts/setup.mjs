@@ -98,3 +98,25 @@ if (make.status !== 0) fail('building the preload library failed (see above)');
     if (cc.status !== 0) fail('building the compare helper (native/tools/mpp-rusage.c) failed (see above)');
   }
 }
+
+// pkg-config for C and C++ programs that use the C API (`pkg-config --cflags --libs
+// mimalloc-pprof` with PKG_CONFIG_PATH from `npx mimalloc-pprof pkg-config-path`): the
+// include folder and the library, linked with an rpath so the program finds it at run time.
+{
+  const version = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).version;
+  const mimallocInclude = prefix ? ` -I${join(prefix, 'include')}` : '';
+  const pc = [
+    `prefix=${root}`,
+    'includedir=${prefix}/native/include',
+    'libdir=${prefix}/build',
+    '',
+    'Name: mimalloc-pprof',
+    'Description: mimalloc with sampled heap profiles and memory events (preload library and C API)',
+    `Version: ${version}`,
+    `Cflags: -I\${includedir}${mimallocInclude}`,
+    'Libs: -L${libdir} -Wl,-rpath,${libdir} -lmimalloc-pprof',
+    '',
+  ].join('\n');
+  const path = join(root, 'build', 'mimalloc-pprof.pc');
+  if (!existsSync(path) || readFileSync(path, 'utf8') !== pc) writeFileSync(path, pc);
+}

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "mimalloc-pprof/memory-events.h"
 #include "mimalloc-pprof/profile.h"
 
 typedef struct api_s {
@@ -23,6 +24,7 @@ typedef struct api_s {
   bool (*stats_get)(mi_prof_stats_t*);
   void (*events_enable)(bool);
   bool (*events_enabled)(void);
+  bool (*memory_snapshot)(mi_memory_snapshot_t* out);
   int (*mi_version)(void);
 } api_t;
 
@@ -36,7 +38,8 @@ static void resolve(void) {
            LOOKUP(is_enabled, "mi_prof_is_enabled") && LOOKUP(dump, "mi_prof_dump") &&
            LOOKUP(dump_proto, "mi_prof_dump_proto") && LOOKUP(stats_get, "mi_prof_stats_get") &&
            LOOKUP(events_enable, "mi_prof_memory_events_enable") &&
-           LOOKUP(events_enabled, "mi_prof_memory_events_enabled") && LOOKUP(mi_version, "mi_version");
+           LOOKUP(events_enabled, "mi_prof_memory_events_enabled") && LOOKUP(memory_snapshot, "mi_memory_snapshot") &&
+           LOOKUP(mi_version, "mi_version");
 }
 
 #define CHECK(call)                                          \
@@ -230,6 +233,24 @@ static napi_value js_memory_events(napi_env env, napi_callback_info info) {
   return make_bool(env, api.events_enabled());
 }
 
+/* memorySnapshot() -> mi_memory_snapshot's figures, under the C struct's names in camelCase */
+static napi_value js_memory_snapshot(napi_env env, napi_callback_info info) {
+  (void)info;
+  if (!api_ok) return not_preloaded(env);
+  mi_memory_snapshot_t_decl(s);
+  if (!api.memory_snapshot(&s)) {
+    napi_throw_error(env, NULL, "mi_memory_snapshot refused its struct");
+    return NULL;
+  }
+  napi_value r;
+  CHECK(napi_create_object(env, &r));
+  set_num(env, r, "liveBytes", (double)s.live_bytes);
+  set_num(env, r, "accumBytes", (double)s.accum_bytes);
+  set_num(env, r, "liveCount", (double)s.live_count);
+  set_num(env, r, "accumCount", (double)s.accum_count);
+  return r;
+}
+
 NAPI_MODULE_INIT() {
   resolve();
   static const struct {
@@ -238,7 +259,7 @@ NAPI_MODULE_INIT() {
   } fns[] = {
       {"available", js_available}, {"start", js_start}, {"stop", js_stop},
       {"reset", js_reset},         {"isRunning", js_is_running}, {"dump", js_dump},
-      {"stats", js_stats},         {"memoryEvents", js_memory_events},
+      {"stats", js_stats},         {"memoryEvents", js_memory_events}, {"memorySnapshot", js_memory_snapshot},
   };
   for (size_t i = 0; i < sizeof(fns) / sizeof(*fns); i++) {
     napi_value f;

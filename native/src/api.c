@@ -172,6 +172,8 @@ void mi_prof_reset(void) {
   mp_table_reset_accum();
   atomic_store(&mp_exact.accum_bytes, 0);
   atomic_store(&mp_exact.accum_objects, 0);
+  atomic_store(&mp_exact.resize_over_bytes, 0);
+  atomic_store(&mp_exact.resizes, 0);
   mp_unlock(&mp_api_lock);
   mp_profiler_leave(&mp_tls, guard);
 }

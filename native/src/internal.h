@@ -141,6 +141,9 @@ typedef struct mp_thread_s {
   volatile int deferred_signal;
   bool registered;      /* on the registry (thread.c) */
   int32_t tid;          /* the kernel's thread id, 0 until asked (and again in a fork child) */
+  /* A memory-events callback or visitor runs on this thread (events.c): its changes are
+   * neither counted nor reported. */
+  bool in_callback;
   struct mp_thread_s* next; /* the registry's links, under its lock */
   struct mp_thread_s* prev;
   void* heap;           /* this thread's heap in the sample arena, made on first use */
@@ -203,10 +206,21 @@ void mp_reset_dropped(void);
 /* exact counters */
 typedef struct mp_exact_s {
   atomic_llong live_bytes, live_objects;
-  atomic_ullong accum_bytes, accum_objects;
+  atomic_ullong accum_bytes, accum_objects; /* a reallocation counts as one of its new size */
+  /* what the memory-events snapshot leaves out of those (events.c): per reallocation, its
+   * new size less what it grew by, and one object */
+  atomic_ullong resize_over_bytes, resizes;
 } mp_exact_t;
 extern mp_exact_t mp_exact;
 extern atomic_bool mp_events_on;
+
+/* ---- events.c: the memory-events API's callbacks ---- */
+enum { MP_EVENT_ALLOCATE = 0, MP_EVENT_FREE = 1, MP_EVENT_RESIZE = 2 };
+bool mp_events_have_callbacks(void);
+/* Calls the installed callback for `kind`, if any, with in_callback set. Called by the slow
+ * paths after their sampler section, for a change they counted; `total` is the live usable
+ * bytes after it. */
+void mp_events_report(unsigned kind, int64_t delta, int64_t total, size_t request);
 
 /* ---- arena.c: the exclusive mimalloc arena that holds every sampled block ---- */
 bool mp_arena_init(size_t bytes);  /* idempotent; false if mimalloc refused */

@@ -153,19 +153,32 @@ void mp_filter_update(bool profiling) {
 }
 
 /* ---- exact counters ------------------------------------------------------------------- */
-static void count_alloc(void* p) {
-  if (p == NULL) return;
+/* A change the slow paths counted, for the memory-events callbacks (events.c). */
+typedef struct change_s {
+  bool counted;
+  int64_t delta, total; /* usable bytes: this change, and the live total after it */
+} change_t;
+
+static change_t count_alloc(void* p) {
+  if (p == NULL) return (change_t){0};
   long long usable = (long long)mi_usable_size(p);
-  atomic_fetch_add_explicit(&mp_exact.live_bytes, usable, memory_order_relaxed);
+  long long before = atomic_fetch_add_explicit(&mp_exact.live_bytes, usable, memory_order_relaxed);
   atomic_fetch_add_explicit(&mp_exact.live_objects, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&mp_exact.accum_bytes, (unsigned long long)usable, memory_order_relaxed);
   atomic_fetch_add_explicit(&mp_exact.accum_objects, 1, memory_order_relaxed);
+  return (change_t){true, usable, before + usable};
 }
 
-static void count_free(void* p) {
-  if (p == NULL) return;
-  atomic_fetch_sub_explicit(&mp_exact.live_bytes, (long long)mi_usable_size(p), memory_order_relaxed);
+static change_t count_free(void* p) {
+  long long usable = (long long)mi_usable_size(p);
+  long long before = atomic_fetch_sub_explicit(&mp_exact.live_bytes, usable, memory_order_relaxed);
   atomic_fetch_sub_explicit(&mp_exact.live_objects, 1, memory_order_relaxed);
+  return (change_t){true, -usable, before - usable};
+}
+
+/* After the sampler section: the callback of a counted change, if one is installed. */
+static inline void report(unsigned kind, change_t c, size_t request) {
+  if (c.counted && mp_events_have_callbacks()) mp_events_report(kind, c.delta, c.total, request);
 }
 
 /* ---- allocation ------------------------------------------------------------------------ */
@@ -267,8 +280,9 @@ static void* alloc_common(mp_thread_t* t, uint64_t left, uint64_t undo, size_t s
     bool was = enter_sample(t);
     if (decide(t, left, size)) p = sampled_alloc(t, size, align, zero, c);
     else p = plain_alloc(size, align, zero);
-    if (tls_forced) count_alloc(p);
+    change_t change = tls_forced && !t->in_callback ? count_alloc(p) : (change_t){0};
     leave_sample(t, was);
+    report(MP_EVENT_ALLOCATE, change, size);
   }
   if (mp_unlikely(p == NULL) && (flags & MP_NEW)) p = mp_new_fail(size, align, (flags & MP_NOTHROW) != 0);
   return p;
@@ -300,13 +314,16 @@ mp_noinline void mp_free_slow(void* p) {
   bool guard = t->in_profiler;
   if (guard) {
     if (in_arena(p)) mp_table_remove((uintptr_t)p); /* the profiler's own free: not counted */
-  } else {
-    bool was = enter_sample(t);
-    if (tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed)) count_free(p);
-    if (in_arena(p)) mp_table_remove((uintptr_t)p);
-    leave_sample(t, was);
+    mi_free(p);
+    return;
   }
+  bool was = enter_sample(t);
+  bool events = (tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed)) && !t->in_callback;
+  change_t change = events ? count_free(p) : (change_t){0};
+  if (in_arena(p)) mp_table_remove((uintptr_t)p);
+  leave_sample(t, was);
   mi_free(p);
+  report(MP_EVENT_FREE, change, 0);
 }
 
 mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
@@ -320,7 +337,7 @@ mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
   }
   if (t->in_profiler) return mi_realloc(p, size);
   bool was = enter_sample(t);
-  bool events = tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed);
+  bool events = (tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed)) && !t->in_callback;
   size_t old_usable = events ? mi_usable_size(p) : 0;
   bool sampled = decide(t, left, size);
   bool was_in_arena = in_arena(p);
@@ -338,13 +355,18 @@ mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
     if (was_in_arena) mp_table_remove((uintptr_t)p);
     q = mi_realloc(p, size);
   }
+  change_t change = {0};
   if (events && q != NULL) {
-    long long now = (long long)mi_usable_size(q);
-    atomic_fetch_add_explicit(&mp_exact.live_bytes, now - (long long)old_usable, memory_order_relaxed);
+    long long now = (long long)mi_usable_size(q), old = (long long)old_usable;
+    long long before = atomic_fetch_add_explicit(&mp_exact.live_bytes, now - old, memory_order_relaxed);
     atomic_fetch_add_explicit(&mp_exact.accum_bytes, (unsigned long long)now, memory_order_relaxed);
     atomic_fetch_add_explicit(&mp_exact.accum_objects, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&mp_exact.resize_over_bytes, (unsigned long long)(now < old ? now : old), memory_order_relaxed);
+    atomic_fetch_add_explicit(&mp_exact.resizes, 1, memory_order_relaxed);
+    change = (change_t){true, now - old, before + now - old};
   }
   leave_sample(t, was);
+  report(MP_EVENT_RESIZE, change, size);
   if (q == NULL) errno = ENOMEM;
   return q;
 }

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { debuglog } from 'node:util';
 
 import { MimallocPprofError, UsageError } from '../errors.js';
-import { libraryPath, packageRoot } from '../preload/library.js';
+import { includePath, libraryPath, packageRoot, pkgConfigPath } from '../preload/library.js';
 import type { Command, Io, Out } from './args.js';
 import { compareCommandEntry } from './compare.js';
 import { convertCommand } from './convert.js';
@@ -21,28 +21,63 @@ import { topCommand } from './top.js';
 
 const debug = debuglog('mimalloc-pprof');
 
-export type CommandName = 'lib' | 'run' | 'top' | 'diff' | 'convert' | 'symbolize' | 'compare';
+export type CommandName = 'lib' | 'include' | 'pkg-config-path' | 'run' | 'top' | 'diff' | 'convert' | 'symbolize' | 'compare';
 
-const LIB_HELP = `Usage: mimalloc-pprof lib
+/** A command that prints one path and takes no arguments. */
+function pathCommand(name: string, summary: string, help: string, path: () => string): Command {
+  return {
+    summary,
+    run(rest, io) {
+      if (rest.includes('-h') || rest.includes('--help')) {
+        io.out.write(help);
+        return 0;
+      }
+      if (rest.length > 0) throw new UsageError(`${name} takes no arguments (got ${rest.join(' ')})`);
+      io.out.write(`${path()}\n`);
+      return 0;
+    },
+  };
+}
+
+const libCommand = pathCommand(
+  'lib',
+  'print the absolute path of the preload library, for\nLD_PRELOAD=$(npx mimalloc-pprof lib) ./app',
+  `Usage: mimalloc-pprof lib
 
 Prints the absolute path of the preload library (libmimalloc-pprof.so).
-`;
+`,
+  () => libraryPath(),
+);
 
-const libCommand: Command = {
-  summary: 'print the absolute path of the preload library, for\nLD_PRELOAD=$(npx mimalloc-pprof lib) ./app',
-  run(rest, io) {
-    if (rest.includes('-h') || rest.includes('--help')) {
-      io.out.write(LIB_HELP);
-      return 0;
-    }
-    if (rest.length > 0) throw new UsageError(`lib takes no arguments (got ${rest.join(' ')})`);
-    io.out.write(`${libraryPath()}\n`);
-    return 0;
-  },
-};
+const includeCommand = pathCommand(
+  'include',
+  'print the folder of the C headers, for\ncc app.c -I"$(npx mimalloc-pprof include)" …',
+  `Usage: mimalloc-pprof include
+
+Prints the absolute path of the folder that holds the C API's headers
+(mimalloc-pprof/profile.h, mimalloc-pprof/memory-events.h, and mimalloc/memory-events.h,
+the original system's path), for:
+  cc app.c -I"$(npx mimalloc-pprof include)" -L"$(dirname "$(npx mimalloc-pprof lib)")" -lmimalloc-pprof
+`,
+  includePath,
+);
+
+const pkgConfigCommand = pathCommand(
+  'pkg-config-path',
+  'print the folder of mimalloc-pprof.pc, for\nPKG_CONFIG_PATH=$(npx mimalloc-pprof pkg-config-path) pkg-config …',
+  `Usage: mimalloc-pprof pkg-config-path
+
+Prints the absolute path of the folder that holds mimalloc-pprof.pc, for:
+  export PKG_CONFIG_PATH="$(npx mimalloc-pprof pkg-config-path)"
+  cc app.c $(pkg-config --cflags --libs mimalloc-pprof)
+`,
+  pkgConfigPath,
+);
 
 const COMMANDS: Record<CommandName, Command> = {
   lib: libCommand,
+  include: includeCommand,
+  'pkg-config-path': pkgConfigCommand,
   run: {
     summary: 'run a command on mimalloc with heap profiling (see run --help)',
     run: (argv) => runCommand(argv),
@@ -59,7 +94,7 @@ function help(): string {
   const list = names
     .map((n) => {
       const [first, ...more] = COMMANDS[n].summary.split('\n');
-      return [`  ${n.padEnd(9)}  ${first}`, ...more.map((l) => `  ${''.padEnd(9)}  ${l}`)].join('\n');
+      return [`  ${n.padEnd(15)}  ${first}`, ...more.map((l) => `  ${''.padEnd(15)}  ${l}`)].join('\n');
     })
     .join('\n');
   return `Usage: mimalloc-pprof <command> [options]

@@ -18,6 +18,7 @@ export interface NativeAddon {
   stop(): void;
   reset(): void;
   isRunning(): boolean;
+  memorySnapshot(): { liveBytes: number; accumBytes: number; liveCount: number; accumCount: number };
   dump(path: string, format: 'proto' | 'text'): void;
   stats(): NativeStats;
   memoryEvents(enable?: boolean): boolean;

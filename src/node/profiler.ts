@@ -37,12 +37,20 @@ export interface StartOptions {
 /** The preload library's figures (mi_prof_stats_t): sampled, estimated, exact, process. */
 export type ProfilerStats = NativeStats;
 
-/** Exact live and cumulative figures counted by the interposer (memory events). */
+/** The memory-events API's snapshot (C: mi_memory_snapshot, memory-events.h), in usable bytes. */
 export interface MemoryEventsSnapshot {
   enabled: boolean;
+  /** Usable bytes live now. */
   liveBytes: number;
-  liveObjects: number;
+  /** Usable bytes allocated since tracking was first switched on; a reallocation adds what it grew by. */
   accumBytes: number;
+  /** Blocks live now. */
+  liveCount: number;
+  /** Blocks allocated (reallocations not counted). */
+  accumCount: number;
+  /** The same as liveCount (the name before the C snapshot's was mirrored). */
+  liveObjects: number;
+  /** The same as accumCount. */
   accumObjects: number;
 }
 
@@ -127,16 +135,16 @@ export const memoryEvents = {
   isEnabled(): boolean {
     return withAddon((a) => a.memoryEvents());
   },
-  /** The exact figures now (zeros while never enabled). */
+  /**
+   * The exact figures now (zeros while never enabled): mi_memory_snapshot's. There is no
+   * per-change JavaScript callback: a change happens on every allocation of every thread,
+   * V8's own included, where JavaScript cannot run; poll the snapshot, or use the profiler's
+   * periodic dumps for where the memory is (docs/memory-events.md).
+   */
   snapshot(): MemoryEventsSnapshot {
-    const s = withAddon((a) => a.stats());
-    return {
-      enabled: s.memoryEvents,
-      liveBytes: s.exactLiveBytes,
-      liveObjects: s.exactLiveObjects,
-      accumBytes: s.exactAccumBytes,
-      accumObjects: s.exactAccumObjects,
-    };
+    const enabled = withAddon((a) => a.memoryEvents());
+    const s = withAddon((a) => a.memorySnapshot());
+    return { enabled, ...s, liveObjects: s.liveCount, accumObjects: s.accumCount };
   },
 };
 

@@ -40,3 +40,21 @@ export function addonPath(): string {
   }
   return built;
 }
+
+/** The folder of the C API's headers (native/include). */
+export function includePath(): string {
+  const dir = join(packageRoot, 'native', 'include');
+  if (!existsSync(join(dir, 'mimalloc-pprof', 'memory-events.h'))) {
+    throw new LibraryMissingError(`the C headers are missing from ${dir}: reinstall mimalloc-pprof`);
+  }
+  return dir;
+}
+
+/** The folder of mimalloc-pprof.pc, written by the build next to the library. */
+export function pkgConfigPath(): string {
+  const dir = join(packageRoot, 'build');
+  if (!existsSync(join(dir, 'mimalloc-pprof.pc'))) {
+    throw new LibraryMissingError(`mimalloc-pprof.pc is not built (${dir} has none): run \`npm install\` (or \`node scripts/setup.mjs\`) in ${packageRoot}`);
+  }
+  return dir;
+}

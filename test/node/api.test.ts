@@ -100,7 +100,7 @@ test('under the preload (the positive control): every call works', () => {
   assert.equal(exact.enabled, true);
   // 8 MiB in 64 KiB buffers while counting (control: nothing was counted before)
   assert.ok(exact.accumBytes >= 2 << 20 && exact.accumObjects > 0 && exact.liveBytes > 0, JSON.stringify(exact));
-  assert.deepEqual(r['memoryEvents.before']!.value, { enabled: false, liveBytes: 0, liveObjects: 0, accumBytes: 0, accumObjects: 0 });
+  assert.deepEqual(r['memoryEvents.before']!.value, { enabled: false, liveBytes: 0, accumBytes: 0, liveCount: 0, accumCount: 0, liveObjects: 0, accumObjects: 0 });
   assert.equal(r['memoryEvents.disable']!.value, false);
   assert.deepEqual(r.profileFacts, { gzip: true, samples: (r.profileFacts as { samples: number }).samples, hasFunction: true, textHead: 'heap profile:', allocsDefault: 'alloc_space', allocsGzip: false });
   assert.ok((r.profileFacts as { samples: number }).samples > 0);
