@@ -45,7 +45,7 @@ static uintptr_t arena_lo, arena_size;
 static void* reserve_low(size_t bytes) {
 #if UINTPTR_MAX > 0xffffffffu && defined(MAP_FIXED_NOREPLACE)
   if (bytes % LOW_ALIGN != 0 || bytes > LOW_UNTIL - LOW_FROM) return NULL;
-  uintptr_t slots = (LOW_UNTIL - LOW_FROM - bytes) / LOW_ALIGN;
+  uintptr_t slots = (LOW_UNTIL - LOW_FROM - bytes) / LOW_ALIGN + 1; /* bases from LOW_FROM on */
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   uint64_t r = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)(uintptr_t)&ts;

@@ -5,9 +5,9 @@
  * section, calls mp_events_report. The snapshot reads mp_exact.
  *
  * Rules:
- *  - a callback runs with mp_tls.in_callback set; the slow paths neither count nor report a
- *    change made while it is set, so a callback's own allocations (and anything its thread
- *    does meanwhile) are left out, and a callback never nests;
+ *  - a callback runs with mp_tls.in_callback set; the slow paths count a change made while it
+ *    is set but do not report it, so a callback never nests and the totals stay exact (a
+ *    block a callback allocates and the program frees later balances);
  *  - the callback table is read under a sequence count (readers write nothing shared, so
  *    threads do not contend); writers are serialised by table_lock and make the count odd
  *    while they write;
@@ -86,6 +86,15 @@ bool mi_memory_set_callbacks(const mi_memory_callbacks_t* callbacks) {
   return true;
 }
 
+/* fork: the table's writer lock is taken last (a leaf), so the child never inherits a
+ * half-written table (an odd count would make every reader spin) or a held lock. */
+void mp_events_fork_prepare(void) { mp_lock(&table_lock); }
+void mp_events_fork_parent(void) { mp_unlock(&table_lock); }
+void mp_events_fork_child(void) {
+  mp_lock_reset(&table_lock);
+  mp_assert((atomic_load(&table_seq) & 1) == 0);
+}
+
 bool mi_memory_tracking_set_enabled(bool enabled) {
   mi_prof_memory_events_enable(enabled);
   return true;
@@ -112,6 +121,16 @@ bool mi_memory_snapshot(mi_memory_snapshot_t* out) {
 }
 
 /* ---- the visitor ---------------------------------------------------------------------------- */
+/* mimalloc 3.2.6 replaced the thread's default heap (mi_heap_get_default) by thread-local
+ * "theaps" that its public API does not let another caller walk; mi_heap_main there spans
+ * every thread's pages while they change. From 3.2.6 on the visitor sees only the calling
+ * thread's sampled blocks. (Versions: 209 for 2.0.9, 30403 for 3.4.3.) */
+#if MI_MALLOC_VERSION >= 30206 || (MI_MALLOC_VERSION >= 3206 && MI_MALLOC_VERSION < 10000)
+#define MP_MI_HAS_DEFAULT_HEAP 0
+#else
+#define MP_MI_HAS_DEFAULT_HEAP 1
+#endif
+
 typedef struct visit_s {
   mi_memory_allocation_visit_fun* fn;
   void* arg;
@@ -134,8 +153,10 @@ bool mi_memory_visit_live_allocations(mi_memory_allocation_visit_fun* visitor, v
   mp_thread_t* t = &mp_tls;
   if (visitor == NULL || t->in_callback || t->in_profiler) return false;
   visit_t v = {visitor, arg, false};
-  t->in_callback = true; /* a visitor that allocates anyway is not reported to callbacks */
+  t->in_callback = true; /* what a visitor allocates anyway is not reported to callbacks */
+#if MP_MI_HAS_DEFAULT_HEAP
   (void)mi_heap_visit_blocks(mi_heap_get_default(), true, visit_block, &v);
+#endif
   if (!v.stopped && t->heap != NULL) (void)mi_heap_visit_blocks((mi_heap_t*)t->heap, true, visit_block, &v);
   t->in_callback = false;
   return true;

@@ -142,7 +142,7 @@ typedef struct mp_thread_s {
   bool registered;      /* on the registry (thread.c) */
   int32_t tid;          /* the kernel's thread id, 0 until asked (and again in a fork child) */
   /* A memory-events callback or visitor runs on this thread (events.c): its changes are
-   * neither counted nor reported. */
+   * counted but not reported. */
   bool in_callback;
   struct mp_thread_s* next; /* the registry's links, under its lock */
   struct mp_thread_s* prev;
@@ -217,6 +217,9 @@ extern atomic_bool mp_events_on;
 /* ---- events.c: the memory-events API's callbacks ---- */
 enum { MP_EVENT_ALLOCATE = 0, MP_EVENT_FREE = 1, MP_EVENT_RESIZE = 2 };
 bool mp_events_have_callbacks(void);
+void mp_events_fork_prepare(void); /* process.c's fork handlers */
+void mp_events_fork_parent(void);
+void mp_events_fork_child(void);
 /* Calls the installed callback for `kind`, if any, with in_callback set. Called by the slow
  * paths after their sampler section, for a change they counted; `total` is the live usable
  * bytes after it. */
@@ -255,11 +258,13 @@ void* mp_thread_start(void* start);     /* the wrapped threads' root frame */
 #else
 #define MP_UNWIND_CFI 0
 #endif
-enum { MP_RULE_FP = 0, MP_RULE_CFI = 1, MP_RULE_END = 2 };
+enum { MP_RULE_FP = 0, MP_RULE_CFI = 1, MP_RULE_END = 2, MP_RULE_SIGNAL = 3, MP_RULE_DRAP = 4 };
 typedef struct mp_unwind_rule_s {
-  int32_t cfa_off; /* MP_RULE_CFI: CFA = (cfa_rbp ? rbp : rsp) + cfa_off; return address at CFA - 8 */
-  int16_t fp_off;  /* rbp saved at CFA + fp_off; 0: rbp unchanged */
-  uint8_t kind;    /* MP_RULE_FP: take the step by the frame-pointer chain; MP_RULE_END: outermost */
+  int32_t cfa_off; /* MP_RULE_CFI: CFA = (cfa_rbp ? rbp : rsp) + cfa_off; return address at CFA - 8;
+                      MP_RULE_DRAP: CFA = *(rbp + cfa_off) */
+  int16_t fp_off;  /* CFI: rbp saved at CFA + fp_off, 0: unchanged; DRAP: rbp saved at rbp + fp_off */
+  uint8_t kind;    /* MP_RULE_FP: take the step by the frame-pointer chain; MP_RULE_END: outermost;
+                      MP_RULE_SIGNAL: a signal frame, the interrupted registers in its ucontext */
   bool cfa_rbp;
 } mp_unwind_rule_t;
 _Static_assert(sizeof(mp_unwind_rule_t) == 8, "a rule packs into one cache word");

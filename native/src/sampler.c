@@ -176,9 +176,11 @@ static change_t count_free(void* p) {
   return (change_t){true, -usable, before - usable};
 }
 
-/* After the sampler section: the callback of a counted change, if one is installed. */
+/* After the sampler section: the callback of a counted change, if one is installed and this
+ * thread is not inside a callback already (its changes are counted, never reported: no
+ * callback nests, and the totals stay exact). */
 static inline void report(unsigned kind, change_t c, size_t request) {
-  if (c.counted && mp_events_have_callbacks()) mp_events_report(kind, c.delta, c.total, request);
+  if (c.counted && !mp_tls.in_callback && mp_events_have_callbacks()) mp_events_report(kind, c.delta, c.total, request);
 }
 
 /* ---- allocation ------------------------------------------------------------------------ */
@@ -280,7 +282,7 @@ static void* alloc_common(mp_thread_t* t, uint64_t left, uint64_t undo, size_t s
     bool was = enter_sample(t);
     if (decide(t, left, size)) p = sampled_alloc(t, size, align, zero, c);
     else p = plain_alloc(size, align, zero);
-    change_t change = tls_forced && !t->in_callback ? count_alloc(p) : (change_t){0};
+    change_t change = tls_forced ? count_alloc(p) : (change_t){0};
     leave_sample(t, was);
     report(MP_EVENT_ALLOCATE, change, size);
   }
@@ -318,7 +320,7 @@ mp_noinline void mp_free_slow(void* p) {
     return;
   }
   bool was = enter_sample(t);
-  bool events = (tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed)) && !t->in_callback;
+  bool events = tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed);
   change_t change = events ? count_free(p) : (change_t){0};
   if (in_arena(p)) mp_table_remove((uintptr_t)p);
   leave_sample(t, was);
@@ -337,7 +339,7 @@ mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
   }
   if (t->in_profiler) return mi_realloc(p, size);
   bool was = enter_sample(t);
-  bool events = (tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed)) && !t->in_callback;
+  bool events = tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed);
   size_t old_usable = events ? mi_usable_size(p) : 0;
   bool sampled = decide(t, left, size);
   bool was_in_arena = in_arena(p);

@@ -23,7 +23,9 @@
 #include <execinfo.h>
 #include <link.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
+#include <ucontext.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -143,9 +145,11 @@ static unsigned drop_own_frames(uintptr_t* frames, unsigned n) {
 
 #if MP_UNWIND_CFI && defined(MP_TEST_HOOKS)
 /* Test builds: every stack is compared with libgcc's unwinder (glibc backtrace) over the
- * same frames, and the tally printed at exit; the unwind test reads it. Both start at the
+ * same frames, and the tally printed at exit (with the walks that fell back to libgcc's
+ * unwinder because no rule could take a step); the unwind test reads it. Both start at the
  * caller of the interposed call; backtrace's own extra frames (this library's) are skipped. */
-static atomic_ullong checked, agreed;
+static atomic_ullong checked, agreed, fell_back;
+static void mp_stack_count_fallback(void) { atomic_fetch_add(&fell_back, 1); }
 static void report_check(void) {
   char line[96];
   size_t n = 0;
@@ -157,6 +161,10 @@ static void report_check(void) {
   memcpy(line + n, b, strlen(b));
   n += strlen(b);
   n += mp_fmt_u64(line + n, atomic_load(&agreed));
+  const char* c = " fallbacks=";
+  memcpy(line + n, c, strlen(c));
+  n += strlen(c);
+  n += mp_fmt_u64(line + n, atomic_load(&fell_back));
   line[n++] = '\n';
   (void)!write(2, line, n);
 }
@@ -174,14 +182,36 @@ static void check_against_reference(const uintptr_t* frames, unsigned n, unsigne
 #endif
 
 #if MP_UNWIND_CFI
-/* The rule-driven walk from the caller's registers; frames[0] is pc already. */
-static unsigned rule_walk(uintptr_t* frames, unsigned max, uintptr_t pc, uintptr_t sp, uintptr_t fp, uintptr_t hi) {
+/* The rule-driven walk from the caller's registers; frames[0] is pc already. *complete tells
+ * whether it ended at the outermost frame (or at `max`) rather than on a step it could not
+ * take. */
+static unsigned rule_walk(uintptr_t* frames, unsigned max, uintptr_t pc, uintptr_t sp, uintptr_t fp, uintptr_t hi,
+                          bool* complete) {
   unsigned n = 1;
+  bool exact = false; /* pc is an interrupted instruction (after a signal frame), not a return address */
+  *complete = false;
   while (n < max) {
     mp_unwind_rule_t r;
-    mp_unwind_rule(pc - 1, &r); /* pc is a return address: the call is the byte before */
+    mp_unwind_rule(exact ? pc : pc - 1, &r); /* a return address: the call is the byte before */
     uintptr_t cfa, next_fp = fp;
-    if (r.kind == MP_RULE_END) break;
+    exact = false;
+    if (r.kind == MP_RULE_END) {
+      *complete = true;
+      return n;
+    }
+    if (r.kind == MP_RULE_SIGNAL) { /* sp is the ucontext the kernel pushed above the handler's return */
+      uintptr_t regs = sp + offsetof(ucontext_t, uc_mcontext.gregs);
+      if (regs + (REG_RIP + 1) * sizeof(greg_t) > hi || (sp & 7) != 0) break;
+      const greg_t* g = (const greg_t*)regs;
+      uintptr_t rip = (uintptr_t)g[REG_RIP], rsp = (uintptr_t)g[REG_RSP];
+      if (rsp <= sp || rsp > hi || rip < 4096) break;
+      frames[n++] = rip;
+      pc = rip;
+      sp = rsp;
+      fp = (uintptr_t)g[REG_RBP];
+      exact = true;
+      continue;
+    }
     if (r.kind == MP_RULE_CFI) {
       cfa = (r.cfa_rbp ? fp : sp) + (uintptr_t)(intptr_t)r.cfa_off;
       if (cfa <= sp || cfa > hi || (cfa & 7) != 0) break;
@@ -190,6 +220,12 @@ static unsigned rule_walk(uintptr_t* frames, unsigned max, uintptr_t pc, uintptr
         if (at < sp || at > hi - sizeof(uintptr_t)) break;
         next_fp = *(const uintptr_t*)at;
       }
+    } else if (r.kind == MP_RULE_DRAP) { /* both words sit in this frame, at rbp + k */
+      uintptr_t at_cfa = fp + (uintptr_t)(intptr_t)r.cfa_off, at_fp = fp + (uintptr_t)(intptr_t)r.fp_off;
+      if (at_cfa < sp || at_cfa > hi - sizeof(uintptr_t) || at_fp < sp || at_fp > hi - sizeof(uintptr_t)) break;
+      cfa = *(const uintptr_t*)at_cfa;
+      if (cfa <= sp || cfa > hi || (cfa & 7) != 0) break;
+      next_fp = *(const uintptr_t*)at_fp;
     } else {
       if (fp < sp || fp > hi - 2 * sizeof(uintptr_t) || (fp & 7) != 0) break;
       cfa = fp + 2 * sizeof(uintptr_t);
@@ -203,6 +239,7 @@ static unsigned rule_walk(uintptr_t* frames, unsigned max, uintptr_t pc, uintptr
     sp = cfa;
     fp = next_fp;
   }
+  *complete = n == max;
   return n;
 }
 #endif
@@ -216,7 +253,21 @@ unsigned mp_stack_capture(uintptr_t* frames, unsigned max, void* ra, uintptr_t s
 #if MP_UNWIND_CFI
   uintptr_t here = (uintptr_t)__builtin_frame_address(0);
   if (here >= t->stack_lo && here < t->stack_hi && sp > here && sp <= t->stack_hi) {
-    unsigned n = drop_own_frames(frames, rule_walk(frames, max, (uintptr_t)ra, sp, fp, t->stack_hi));
+    bool complete;
+    unsigned n = rule_walk(frames, max, (uintptr_t)ra, sp, fp, t->stack_hi, &complete);
+#ifdef MP_TEST_HOOKS
+    if (!complete) mp_stack_count_fallback();
+    if (mp_test_hook("MP_TEST_UNWIND_FP_ONLY")) complete = true; /* the control: the rules' walk alone */
+#endif
+    if (!complete) { /* a step no rule could take: libgcc's unwinder may know more */
+      uintptr_t other[MI_PROF_MAX_BT];
+      unsigned m = unwind_tables(other, max);
+      if (m > n && other[0] == (uintptr_t)ra) {
+        memcpy(frames, other, m * sizeof(uintptr_t));
+        n = m;
+      }
+    }
+    n = drop_own_frames(frames, n);
 #ifdef MP_TEST_HOOKS
     if (mp_test_hook("MP_TEST_UNWIND_CHECK")) check_against_reference(frames, n, max);
 #endif

@@ -9,7 +9,11 @@
  * elsewhere) is reported as MP_RULE_FP, and so is code that no object describes (V8's JIT
  * code and its embedded builtins, which keep frame pointers): the caller takes those steps
  * by the frame-pointer chain. MP_RULE_END is the outermost frame (the return address is
- * undefined: _start, the thread start in clone), where a stack is complete.
+ * undefined: _start, the thread start in clone), where a stack is complete. Two more forms
+ * have rules of their own: MP_RULE_SIGNAL, the kernel's signal frame (an FDE of a CIE with
+ * the 'S' augmentation: glibc's __restore_rt), whose ucontext holds the interrupted
+ * registers; and MP_RULE_DRAP, a frame that realigns its stack (CFA = *(rbp + off), rbp saved
+ * at rbp + k), which GCC writes as DWARF expressions.
  *
  * Rules come from _dl_find_object (glibc >= 2.35: lock-free, allocation-free, safe in
  * malloc), the object's .eh_frame_hdr search table and a small CFA interpreter; each result
@@ -21,7 +25,10 @@
  *  - the data parsed is the objects' own mapped .eh_frame; every read stays inside the FDE
  *    or CIE whose length it has read, and a malformed entry yields MP_RULE_FP;
  *  - a cache slot is written only by the thread that holds `writer` (others skip caching),
- *    and readers validate a slot by reading its key before and after its rule. */
+ *    and readers validate a slot by its sequence count, read before and after the slot;
+ *  - a cached rule is never invalidated: code unloaded with dlclose and replaced by other
+ *    code at the same addresses keeps the old rules (a wrong step at worst, every read
+ *    still checked against the stack's bounds). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <string.h>
@@ -120,12 +127,15 @@ static uintptr_t rd_encoded(cursor_t* c, uint8_t enc, uintptr_t datarel) {
 }
 
 /* ---- the CFA interpreter ------------------------------------------------------------------- */
-enum { RULE_SAME = 0, RULE_OFFSET, RULE_UNDEFINED, RULE_OTHER };
+/* RULE_AT_RBP: saved at rbp + off (the DW_CFA_expression `DW_OP_breg6 off` of a frame that
+ * realigns its stack through a dynamic realignment pointer, GCC's DRAP). */
+enum { RULE_SAME = 0, RULE_OFFSET, RULE_UNDEFINED, RULE_AT_RBP, RULE_OTHER };
 
 typedef struct cfa_state_s {
   uint64_t cfa_reg;
   int64_t cfa_off;
   bool cfa_other; /* an expression */
+  bool cfa_deref; /* CFA = *(cfa_reg + cfa_off): DRAP's `DW_OP_breg6 off; DW_OP_deref` */
   uint8_t fp_rule, ra_rule;
   int64_t fp_off, ra_off;
 } cfa_state_t;
@@ -213,18 +223,36 @@ static bool run_cfa(cfa_state_t* s, const cie_t* cie, const cfa_state_t* initial
       case 0x0c: /* def_cfa */
         s->cfa_reg = rd_uleb(&c);
         s->cfa_off = (int64_t)rd_uleb(&c);
-        s->cfa_other = false;
+        s->cfa_other = s->cfa_deref = false;
         continue;
-      case 0x0d: s->cfa_reg = rd_uleb(&c); s->cfa_other = false; continue; /* def_cfa_register */
+      case 0x0d: s->cfa_reg = rd_uleb(&c); s->cfa_other = s->cfa_deref = false; continue; /* def_cfa_register */
       case 0x0e: s->cfa_off = (int64_t)rd_uleb(&c); continue;               /* def_cfa_offset */
       case 0x0f: { /* def_cfa_expression */
         uint64_t len = rd_uleb(&c);
         if (len > (uint64_t)(c.end - c.p)) return false;
+        cursor_t e = {c.p, c.p + len, false};
         c.p += len;
-        s->cfa_other = true;
+        int64_t off = 0;
+        s->cfa_deref = rd_u8(&e) == 0x76 /* DW_OP_breg6 */ && (off = rd_sleb(&e), rd_u8(&e) == 0x06) /* DW_OP_deref */ &&
+                       !e.bad && e.p == e.end;
+        s->cfa_other = !s->cfa_deref;
+        if (s->cfa_deref) {
+          s->cfa_reg = REG_RBP;
+          s->cfa_off = off;
+        }
         continue;
       }
-      case 0x10:   /* expression */
+      case 0x10: { /* expression */
+        reg = rd_uleb(&c);
+        uint64_t len = rd_uleb(&c);
+        if (len > (uint64_t)(c.end - c.p)) return false;
+        cursor_t e = {c.p, c.p + len, false};
+        c.p += len;
+        int64_t off = 0;
+        bool at_rbp = rd_u8(&e) == 0x76 && (off = rd_sleb(&e), !e.bad) && e.p == e.end;
+        set_reg(s, reg, at_rbp ? RULE_AT_RBP : RULE_OTHER, off, cie->ra_reg);
+        continue;
+      }
       case 0x16: { /* val_expression */
         reg = rd_uleb(&c);
         uint64_t len = rd_uleb(&c);
@@ -240,7 +268,7 @@ static bool run_cfa(cfa_state_t* s, const cie_t* cie, const cfa_state_t* initial
       case 0x12: /* def_cfa_sf */
         s->cfa_reg = rd_uleb(&c);
         s->cfa_off = rd_sleb(&c) * cie->data_align;
-        s->cfa_other = false;
+        s->cfa_other = s->cfa_deref = false;
         continue;
       case 0x13: s->cfa_off = rd_sleb(&c) * cie->data_align; continue; /* def_cfa_offset_sf */
       case 0x14:                                                         /* val_offset */
@@ -335,7 +363,10 @@ static bool rule_from_fde(const uint8_t* fde, uintptr_t pc, uintptr_t datarel, m
   uintptr_t begin = rd_encoded(&c, cie.fde_enc, datarel);
   uintptr_t range = rd_encoded(&c, cie.fde_enc & 0x0f, datarel);
   if (c.bad || pc < begin || pc - begin >= range) return false;
-  if (cie.signal_frame) return false;
+  if (cie.signal_frame) { /* the kernel's signal frame: the interrupted registers are in it */
+    out->kind = MP_RULE_SIGNAL;
+    return true;
+  }
   if (cie.fde_aug_len) { /* the LSDA pointer, if any: skipped */
     uint64_t len = rd_uleb(&c);
     if (c.bad || len > (uint64_t)(c.end - c.p)) return false;
@@ -348,6 +379,16 @@ static bool rule_from_fde(const uint8_t* fde, uintptr_t pc, uintptr_t datarel, m
 
   if (s.ra_rule == RULE_UNDEFINED) {
     out->kind = MP_RULE_END;
+    return true;
+  }
+  if (s.cfa_deref) { /* DRAP: CFA = *(rbp + off), rbp restored from rbp + k */
+    if (s.ra_rule != RULE_OFFSET || s.ra_off != -8 || s.fp_rule != RULE_AT_RBP) return false;
+    if (s.cfa_off < INT32_MIN || s.cfa_off > INT32_MAX || s.fp_off < INT16_MIN || s.fp_off > INT16_MAX) return false;
+    if ((s.cfa_off & 7) != 0 || (s.fp_off & 7) != 0) return false;
+    out->kind = MP_RULE_DRAP;
+    out->cfa_rbp = true;
+    out->cfa_off = (int32_t)s.cfa_off;
+    out->fp_off = (int16_t)s.fp_off;
     return true;
   }
   if (s.cfa_other || (s.cfa_reg != REG_RSP && s.cfa_reg != REG_RBP) || s.ra_rule != RULE_OFFSET || s.ra_off != -8)
@@ -405,9 +446,13 @@ static void lookup_uncached(uintptr_t pc, mp_unwind_rule_t* out) {
 }
 
 /* ---- the cache ---------------------------------------------------------------------------------- */
-#define CACHE_SLOTS 8192u /* 128 KiB of zero pages until used */
+#define CACHE_SLOTS 8192u /* 192 KiB of zero pages until used */
 
+/* A slot is valid for a reader when its sequence is even and the same before and after the
+ * reader read pc and rule: a writer makes it odd, writes both, then makes it even again, so
+ * a reader never pairs one address with another's rule, however the writes interleave. */
 typedef struct slot_s {
+  atomic_uint seq;
   _Atomic uintptr_t pc; /* 0: empty (no code address is below 4096) */
   _Atomic uint64_t rule;
 } slot_t;
@@ -426,10 +471,11 @@ static inline uint64_t pack(const mp_unwind_rule_t* r) {
 
 void mp_unwind_rule(uintptr_t pc, mp_unwind_rule_t* out) {
   slot_t* s = &cache[slot_of(pc)];
-  if (atomic_load_explicit(&s->pc, memory_order_acquire) == pc) {
+  unsigned seq = atomic_load_explicit(&s->seq, memory_order_acquire);
+  if ((seq & 1) == 0 && atomic_load_explicit(&s->pc, memory_order_relaxed) == pc) {
     uint64_t v = atomic_load_explicit(&s->rule, memory_order_relaxed);
     atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit(&s->pc, memory_order_relaxed) == pc) {
+    if (atomic_load_explicit(&s->seq, memory_order_relaxed) == seq) {
       memcpy(out, &v, sizeof(v));
       return;
     }
@@ -437,10 +483,12 @@ void mp_unwind_rule(uintptr_t pc, mp_unwind_rule_t* out) {
   lookup_uncached(pc, out);
   atomic_fetch_add_explicit(&misses, 1, memory_order_relaxed);
   if (atomic_flag_test_and_set_explicit(&writer, memory_order_acquire)) return; /* someone else writes */
-  atomic_store_explicit(&s->pc, 0, memory_order_relaxed);
+  unsigned w = atomic_load_explicit(&s->seq, memory_order_relaxed) & ~1u; /* writers take turns (a fork child may inherit an odd one) */
+  atomic_store_explicit(&s->seq, w + 1, memory_order_relaxed);
   atomic_thread_fence(memory_order_release);
+  atomic_store_explicit(&s->pc, pc, memory_order_relaxed);
   atomic_store_explicit(&s->rule, pack(out), memory_order_relaxed);
-  atomic_store_explicit(&s->pc, pc, memory_order_release);
+  atomic_store_explicit(&s->seq, w + 2, memory_order_release);
   atomic_flag_clear_explicit(&writer, memory_order_release);
 }
 

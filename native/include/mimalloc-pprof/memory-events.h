@@ -19,15 +19,16 @@
  *   - run on the thread that allocated, freed or reallocated, after the operation completed,
  *     with no lock of mimalloc's or of this library held;
  *   - may call malloc, free and the rest: what a callback allocates or frees, and anything
- *     that happens on its thread while it runs, is neither counted nor reported (no nested
- *     callback), so the totals leave it out;
+ *     that happens on its thread while it runs, is counted but not reported (no callback
+ *     nests), so the totals stay exact;
  *   - must be short and must not block: every allocation of the program waits for them;
  *   - must stay valid, with their `args`, until replaced or cleared (NULL table). A table
  *     being replaced may still be in use by a callback that started just before.
  *
  * Visitor (mi_memory_visit_live_allocations)
  *   Best effort, with mimalloc's public API only: it walks the calling thread's default heap
- *   and the calling thread's heap of sampled blocks (mi_heap_visit_blocks). It does not see
+ *   (mimalloc before 3.2.6, which removed it from the API) and the calling thread's heap of
+ *   sampled blocks (mi_heap_visit_blocks). It does not see
  *   blocks owned by other threads' heaps, blocks of heaps the program made itself
  *   (mi_heap_new), or, on mimalloc 2.x, blocks freed by another thread that this thread has
  *   not collected yet (they are reported as live). The visitor must not allocate, free or
@@ -98,9 +99,9 @@ typedef struct mi_memory_snapshot_s {
   size_t size;
   int version;
   uint64_t live_bytes;  /* usable bytes live now */
-  uint64_t accum_bytes; /* usable bytes allocated, a reallocation counting its new size */
+  uint64_t accum_bytes; /* usable bytes allocated; a reallocation adds what it grew by */
   uint64_t live_count;  /* blocks live now */
-  uint64_t accum_count; /* blocks allocated, reallocations included */
+  uint64_t accum_count; /* blocks allocated (a reallocation is not one) */
 } mi_memory_snapshot_t;
 #define mi_memory_snapshot_t_decl(name)      \
   mi_memory_snapshot_t name = {0};           \
@@ -120,8 +121,9 @@ mi_prof_export bool mi_memory_visit_live_allocations(mi_memory_allocation_visit_
 
 /* `alignment`: 0 for 16 bytes, else a power of two up to 1 MiB (NULL with EINVAL otherwise;
  * below 16 gives 16). realloc: NULL allocates, a new size of 0 frees and returns NULL;
- * otherwise a new block with the contents copied, and on failure `p` is left as it was. A
- * pointer that did not come from mi_unwrapped_malloc is ignored with one line on stderr. */
+ * otherwise a new block with the contents copied, and on failure `p` is left as it was.
+ * Passing any other pointer is undefined: the 32 bytes before it are read, and a pointer
+ * whose header lacks the magic number is ignored with one line on stderr. */
 mi_prof_export void* mi_unwrapped_malloc(size_t size, size_t alignment);
 mi_prof_export void mi_unwrapped_free(void* p);
 mi_prof_export void* mi_unwrapped_realloc(void* p, size_t new_size, size_t alignment);
