@@ -20,13 +20,18 @@
  * first use (it loads libgcc_s), which mp_stack_init does ahead of time. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <execinfo.h>
+#include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
-#include <ucontext.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -72,18 +77,81 @@ void mp_stack_init(void) {
   (void)backtrace(warm, 4); /* loads libgcc_s now, not inside a sampled malloc */
 }
 
+/* The thread's stack bounds, learned at its first sample from the mapping that holds its
+ * stack pointer in /proc/self/maps, read with plain system calls. Not pthread_getattr_np:
+ * it holds the thread's own descriptor lock while it allocates (its /proc/self/maps line
+ * buffer for the main thread, its affinity mask for every thread), so a sample taken inside
+ * a program's own pthread_getattr_np(pthread_self()) (Rust's runtime and V8 call it as they
+ * start) would wait on that lock forever. The main thread's stack grows down to its rlimit:
+ * its low bound is the top less the rlimit (at most 1 GiB). On an alternate signal stack
+ * nothing is learned yet (the sample takes the checked frame-pointer path). */
+static bool mapping_of(uintptr_t addr, uintptr_t* lo, uintptr_t* hi) {
+  int saved = errno;
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    errno = saved;
+    return false;
+  }
+  char buf[4096], head[48];
+  size_t h = 0;
+  bool in_head = true, found = false;
+  ssize_t got;
+  while (!found && (got = read(fd, buf, sizeof(buf))) > 0) {
+    for (ssize_t i = 0; i < got && !found; i++) {
+      char c = buf[i];
+      if (c == '\n') {
+        h = 0;
+        in_head = true;
+      } else if (in_head && c == ' ') { /* "start-end" in hex */
+        in_head = false;
+        uintptr_t a = 0, b = 0;
+        size_t k = 0;
+        for (; k < h && head[k] != '-'; k++) a = a * 16 + (uintptr_t)(head[k] <= '9' ? head[k] - '0' : (head[k] | 32) - 'a' + 10);
+        for (k++; k < h; k++) b = b * 16 + (uintptr_t)(head[k] <= '9' ? head[k] - '0' : (head[k] | 32) - 'a' + 10);
+        if (a <= addr && addr < b) {
+          *lo = a;
+          *hi = b;
+          found = true;
+        }
+      } else if (in_head && h < sizeof(head)) {
+        head[h++] = c;
+      }
+    }
+  }
+  close(fd);
+  errno = saved;
+  return found;
+}
+
 static void learn_bounds(mp_thread_t* t) {
-  pthread_attr_t attr;
-  void* addr = NULL;
-  size_t size = 0;
+  uintptr_t sp = (uintptr_t)__builtin_frame_address(0), lo, hi;
+  stack_t ss;
+  if (sigaltstack(NULL, &ss) == 0 && (ss.ss_flags & SS_ONSTACK) != 0) return; /* learn later */
   t->stack_lo = 1; /* tried: do not retry on failure */
   t->stack_hi = 0;
-  if (pthread_getattr_np(pthread_self(), &attr) != 0) return;
-  if (pthread_attr_getstack(&attr, &addr, &size) == 0 && addr != NULL) {
-    t->stack_lo = (uintptr_t)addr;
-    t->stack_hi = (uintptr_t)addr + size;
+#ifdef MP_TEST_HOOKS
+  if (mp_test_hook("MP_TEST_BOUNDS_PTHREAD")) { /* the regression test's control: the old way */
+    pthread_attr_t attr;
+    void* addr = NULL;
+    size_t size = 0;
+    if (pthread_getattr_np(pthread_self(), &attr) != 0) return;
+    if (pthread_attr_getstack(&attr, &addr, &size) == 0 && addr != NULL) {
+      t->stack_lo = (uintptr_t)addr;
+      t->stack_hi = (uintptr_t)addr + size;
+    }
+    pthread_attr_destroy(&attr);
+    return;
   }
-  pthread_attr_destroy(&attr);
+#endif
+  if (!mapping_of(sp, &lo, &hi)) return;
+  if (syscall(SYS_gettid) == getpid()) {
+    struct rlimit rl;
+    uintptr_t room = (uintptr_t)1 << 30;
+    if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < room) room = rl.rlim_cur;
+    if (hi - lo < room) lo = hi > room ? hi - room : 0;
+  }
+  t->stack_lo = lo;
+  t->stack_hi = hi;
 }
 
 /* Returns the number of frames written; *broken tells whether the chain ended on a link

@@ -328,3 +328,17 @@ test('SIGTERM while the program forks under run\'s handler: it dies by SIGTERM, 
   t.diagnostic(`ends: ${ends.join(', ')}`);
   assert.deepEqual(ends, Array(6).fill('SIGTERM'));
 });
+
+test(`a thread's first sample inside its own pthread_getattr_np (Rust's and V8's start-up) does not deadlock (${mimallocLabel})`, (t) => {
+  const bin = build('getattr');
+  const r = runUnder(libDir, bin, [], {}, 20_000);
+  t.diagnostic(`status ${r.status}, timed out ${r.timedOut}: ${r.stdout.trim()}`);
+  assert.equal(r.timedOut, false, 'the program hung');
+  assert.equal(r.status, 0, r.stderr);
+  assert.equal(r.stdout.trim(), 'main=ok worker=ok');
+});
+
+test('positive control: stack bounds from pthread_getattr_np inside the sample (MP_TEST_BOUNDS_PTHREAD=1) hang the same program', () => {
+  const r = runUnder(buildTestHooks(), build('getattr'), [], { MP_TEST_BOUNDS_PTHREAD: '1' }, 10_000);
+  assert.equal(r.timedOut, true, `status ${r.status}: the control did not hang`);
+});
