@@ -197,7 +197,10 @@ test('no frame of the library itself in any stack (the thread wrapper stays out 
   const frames = heap.rows.flatMap((row) => row.stack.map((a) => BigInt(a)));
   const inside = frames.filter((f) => own.some(([lo, hi]) => f >= lo && f < hi));
   t.diagnostic(`${heap.rows.length} rows, ${frames.length} frames, ${inside.length} in the library`);
-  assert.equal(heap.rows.length, 2, 'one row for the worker, one for main');
+  // one row for the worker's blocks, one for main's, and now and then a third: pthread_create's
+  // own block for the thread's TLS (a calloc of a few hundred bytes, still live) sampled too
+  assert.ok(heap.rows.length >= 2 && heap.rows.length <= 3, `${heap.rows.length} rows`);
+  assert.ok(heap.rows.filter((row) => row.inuseBytes >= 32 << 20).length === 2, 'the 32 blocks of each thread in one row each');
   assert.deepEqual(inside, []);
 });
 
