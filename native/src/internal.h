@@ -270,7 +270,6 @@ typedef struct mp_unwind_rule_s {
 _Static_assert(sizeof(mp_unwind_rule_t) == 8, "a rule packs into one cache word");
 /* The rule at code address pc (a return address minus one). Never allocates or locks. */
 void mp_unwind_rule(uintptr_t pc, mp_unwind_rule_t* out);
-uint64_t mp_unwind_misses(void);   /* rules parsed rather than found in the cache */
 void mp_unwind_child_reinit(void); /* fork child only */
 
 /* ---- stack.c ---- */

@@ -459,7 +459,6 @@ typedef struct slot_s {
 
 static slot_t cache[CACHE_SLOTS];
 static atomic_flag writer = ATOMIC_FLAG_INIT;
-static _Atomic uint64_t misses;
 
 static inline size_t slot_of(uintptr_t pc) { return (size_t)((pc * 0x9E3779B97F4A7C15ull) >> 51) & (CACHE_SLOTS - 1); }
 
@@ -481,7 +480,6 @@ void mp_unwind_rule(uintptr_t pc, mp_unwind_rule_t* out) {
     }
   }
   lookup_uncached(pc, out);
-  atomic_fetch_add_explicit(&misses, 1, memory_order_relaxed);
   if (atomic_flag_test_and_set_explicit(&writer, memory_order_acquire)) return; /* someone else writes */
   unsigned w = atomic_load_explicit(&s->seq, memory_order_relaxed) & ~1u; /* writers take turns (a fork child may inherit an odd one) */
   atomic_store_explicit(&s->seq, w + 1, memory_order_relaxed);
@@ -492,7 +490,6 @@ void mp_unwind_rule(uintptr_t pc, mp_unwind_rule_t* out) {
   atomic_flag_clear_explicit(&writer, memory_order_release);
 }
 
-uint64_t mp_unwind_misses(void) { return atomic_load_explicit(&misses, memory_order_relaxed); }
 
 void mp_unwind_child_reinit(void) { atomic_flag_clear(&writer); }
 
@@ -505,7 +502,6 @@ void mp_unwind_rule(uintptr_t pc, mp_unwind_rule_t* out) {
   out->cfa_off = 0;
   out->fp_off = 0;
 }
-uint64_t mp_unwind_misses(void) { return 0; }
 void mp_unwind_child_reinit(void) {}
 
 #endif
