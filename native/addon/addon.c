@@ -10,6 +10,7 @@
 #include <node_api.h>
 #include <stdio.h>
 #include <string.h>
+#include <uv.h>
 
 #include "mimalloc-pprof/memory-events.h"
 #include "mimalloc-pprof/profile.h"
@@ -26,6 +27,8 @@ typedef struct api_s {
   bool (*events_enabled)(void);
   bool (*memory_snapshot)(mi_memory_snapshot_t* out);
   int (*mi_version)(void);
+  bool (*pool_probe_begin)(void*, size_t);
+  bool (*pool_probe_end)(void);
 } api_t;
 
 static api_t api;
@@ -40,6 +43,30 @@ static void resolve(void) {
            LOOKUP(events_enable, "mi_prof_memory_events_enable") &&
            LOOKUP(events_enabled, "mi_prof_memory_events_enabled") && LOOKUP(memory_snapshot, "mi_memory_snapshot") &&
            LOOKUP(mi_version, "mi_version");
+  if (api_ok) { /* a library older than the pool's watch still serves the rest */
+    api.pool_probe_begin = (__typeof__(api.pool_probe_begin))dlsym(RTLD_DEFAULT, "mi_prof_pool_probe_begin");
+    api.pool_probe_end = (__typeof__(api.pool_probe_end))dlsym(RTLD_DEFAULT, "mi_prof_pool_probe_end");
+  }
+}
+
+/* libuv's thread pool is learned from one item queued here (see mi_prof_pool_probe_begin):
+ * once per process, from the first thread that loads the module. The item lives in this
+ * module's image, which the library never wraps, and runs nothing. */
+static uv_work_t pool_probe;
+static bool pool_probe_queued;
+static void pool_probe_work(uv_work_t* req) { (void)req; }
+static void pool_probe_after(uv_work_t* req, int status) {
+  (void)req;
+  (void)status;
+}
+
+static void probe_pool(napi_env env) {
+  uv_loop_t* loop = NULL;
+  if (!api_ok || api.pool_probe_begin == NULL || pool_probe_queued) return;
+  if (napi_get_uv_event_loop(env, &loop) != napi_ok || loop == NULL) return;
+  if (!api.pool_probe_begin(&pool_probe.work_req.wq, offsetof(struct uv__work, wq))) return;
+  pool_probe_queued = uv_queue_work(loop, &pool_probe, pool_probe_work, pool_probe_after) == 0;
+  api.pool_probe_end();
 }
 
 #define CHECK(call)                                          \
@@ -253,6 +280,7 @@ static napi_value js_memory_snapshot(napi_env env, napi_callback_info info) {
 
 NAPI_MODULE_INIT() {
   resolve();
+  probe_pool(env);
   static const struct {
     const char* name;
     napi_callback fn;

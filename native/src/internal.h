@@ -148,6 +148,14 @@ typedef struct mp_thread_s {
   struct mp_thread_s* prev;
   void* heap;           /* this thread's heap in the sample arena, made on first use */
   uintptr_t stack_lo, stack_hi; /* 0, 0: not known yet */
+  /* libuv thread-pool work (pool.c). On a pool thread running wrapped work: the entry that
+   * holds the queuing stack. On a loop thread inside a wrapped completion: the entry whose
+   * completion runs (origin) and its trampoline's frame, where the poster's stack is cut. */
+  struct mp_pool_entry_s* queued_by;
+  struct mp_pool_entry_s* pool_origin;
+  uintptr_t pool_origin_sp;
+  bool pool_worker;     /* ran pool work: never a poster */
+  bool pool_probing;    /* inside the addon's probe (pool.c) */
 } mp_thread_t;
 
 /* Draws are capped here so that subtracting a request cannot wrap; a countdown above it
@@ -175,6 +183,24 @@ extern uintptr_t mp_filter_lo;
 extern uintptr_t mp_filter_hi;
 
 #define MP_CHECK_PERIOD ((uint64_t)64 * 1024)
+
+/* The caller's registers as a slow path finds them. */
+typedef struct caller_s {
+  void* ra;     /* its pc: the return address of the interposed call */
+  uintptr_t sp; /* its stack pointer once that call returns */
+  uintptr_t fp; /* its rbp */
+} caller_t;
+
+/* Entry points leave rbp alone and reach the slow paths by tail jumps, so a slow path's own
+ * frame sits right on the caller's: its saved rbp is the caller's rbp, its return address
+ * the caller's pc, and the caller's stack pointer is just above. */
+#define CALLER_OF(frame, ra_)                                                                       \
+  (mp_assert(((void**)(frame))[1] == (ra_)),                                                         \
+   (caller_t){.ra = (ra_), .sp = (uintptr_t)((void**)(frame) + 2), .fp = (uintptr_t)((void**)(frame))[0]})
+
+/* The caller's stack in a sampler section (the calling thread is outside the profiler), cut
+ * where the walk would leave the frame at stop_sp (0: not cut). */
+unsigned mp_sample_capture(uintptr_t* frames, unsigned max, const caller_t* c, uintptr_t stop_sp);
 
 /* Flags of an allocation request. */
 #define MP_ZERO 1u     /* calloc */
@@ -276,7 +302,7 @@ void mp_unwind_child_reinit(void); /* fork child only */
 void mp_stack_init(void);          /* warm up the unwinder, learn our own text range */
 /* Fills up to max return addresses, leaf first, starting with `ra`: the caller's return
  * address, its stack pointer after the return (`sp`) and its frame pointer (`fp`). */
-unsigned mp_stack_capture(uintptr_t* frames, unsigned max, void* ra, uintptr_t sp, uintptr_t fp);
+unsigned mp_stack_capture(uintptr_t* frames, unsigned max, void* ra, uintptr_t sp, uintptr_t fp, uintptr_t stop_sp);
 
 /* ---- table.c: stacks x size buckets and the live-sample records ---- */
 typedef struct mp_bucket_s {
@@ -381,6 +407,20 @@ void mp_params_from_env(params_t* p);
 bool mp_start_with(const params_t* p);
 extern mp_lock_t mp_api_lock;  /* the lifecycle lock: start, stop, reset, exact counters */
 extern bool mp_interposing;    /* malloc resolves to this library (false when dlopen'ed) */
+
+/* ---- pool.c: libuv thread-pool work charged to the stack that queued it ---- */
+/* The pool's mutex once learned (NULL before), and whether a probe runs: the interposed
+ * pthread_mutex_unlock takes the slow path for that mutex, or for every mutex while probing. */
+extern void* volatile mp_pool_mutex;
+extern volatile bool mp_pool_probing;
+int mp_pool_unlock_slow(void* mutex);
+/* A sample's stack on a thread running queued work (queued_by), or inside the completion of
+ * such work (pool_origin): the marker frame and that work's queuing stack appended after
+ * `depth` frames, within `max`. */
+unsigned mp_pool_append(uintptr_t* frames, unsigned depth, unsigned max);
+void mp_pool_fork_prepare(void);
+void mp_pool_fork_parent(void);
+void mp_pool_fork_child(void);
 
 /* ---- process.c: fork handlers ---- */
 void mp_fork_install(void);

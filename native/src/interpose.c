@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <mimalloc.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -347,3 +348,14 @@ DELETE_FORM(_ZdlPvRKSt9nothrow_t, __attribute__((unused)) const void* tag)
 DELETE_FORM(_ZdaPvRKSt9nothrow_t, __attribute__((unused)) const void* tag)
 DELETE_FORM(_ZdlPvSt11align_val_tRKSt9nothrow_t, __attribute__((unused)) size_t a, __attribute__((unused)) const void* tag)
 DELETE_FORM(_ZdaPvSt11align_val_tRKSt9nothrow_t, __attribute__((unused)) size_t a, __attribute__((unused)) const void* tag)
+
+/* ---- pthread_mutex_unlock: how libuv's thread pool is watched (pool.c) -------------------- */
+/* glibc exports its implementation under this second name too. */
+extern int __pthread_mutex_unlock(pthread_mutex_t* mutex);
+
+/* One or two compares in front of glibc's: the slow path only for the pool's mutex (when
+ * learned) or while a probe runs. */
+EXPORT int pthread_mutex_unlock(pthread_mutex_t* mutex) {
+  if (mp_unlikely((void*)mutex == mp_pool_mutex || mp_pool_probing)) return mp_pool_unlock_slow(mutex);
+  return __pthread_mutex_unlock(mutex);
+}

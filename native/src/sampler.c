@@ -221,26 +221,17 @@ static int32_t thread_id(mp_thread_t* t) {
   return t->tid;
 }
 
-/* The caller's registers as a slow path finds them. */
-typedef struct caller_s {
-  void* ra;     /* its pc: the return address of the interposed call */
-  uintptr_t sp; /* its stack pointer once that call returns */
-  uintptr_t fp; /* its rbp */
-} caller_t;
-
-/* Entry points leave rbp alone and reach the slow paths by tail jumps, so a slow path's own
- * frame sits right on the caller's: its saved rbp is the caller's rbp, its return address
- * the caller's pc, and the caller's stack pointer is just above. */
-#define CALLER_OF(frame, ra_)                                                                       \
-  (mp_assert(((void**)(frame))[1] == (ra_)),                                                         \
-   (caller_t){.ra = (ra_), .sp = (uintptr_t)((void**)(frame) + 2), .fp = (uintptr_t)((void**)(frame))[0]})
-
 /* Allocates a sampled block in the arena and records it; a sample that cannot be kept
  * (arena full or alignment too large, budget hit, thread exiting) is counted as dropped
  * and the allocation is served normally. */
 static void* sampled_alloc(mp_thread_t* t, size_t size, size_t align, bool zero, const caller_t* c) {
   uintptr_t frames[MI_PROF_MAX_BT];
-  unsigned depth = mp_stack_capture(frames, mp_state.bt_max, c->ra, c->sp, c->fp);
+  /* Work that a pool thread runs, and a completion of such work on its loop's thread, carry
+   * the stack that queued the work (pool.c); a completion's own stack ends at its trampoline. */
+  bool queued = t->queued_by != NULL || t->pool_origin != NULL;
+  uintptr_t cut = t->queued_by == NULL && t->pool_origin != NULL ? t->pool_origin_sp : 0;
+  unsigned depth = mp_stack_capture(frames, mp_state.bt_max, c->ra, c->sp, c->fp, cut);
+  if (mp_unlikely(queued)) depth = mp_pool_append(frames, depth, MI_PROF_MAX_BT);
   void* p = mp_arena_alloc(size, align, zero);
   if (p == NULL) {
     p = plain_alloc(size, align, zero);
@@ -266,6 +257,15 @@ static inline void leave_sample(mp_thread_t* t, bool was) {
   mp_profiler_leave(t, false);
   atomic_signal_fence(memory_order_seq_cst);
   t->in_sample = was;
+}
+
+unsigned mp_sample_capture(uintptr_t* frames, unsigned max, const caller_t* c, uintptr_t stop_sp) {
+  mp_thread_t* t = &mp_tls;
+  mp_assert(!t->in_profiler);
+  bool was = enter_sample(t);
+  unsigned n = mp_stack_capture(frames, max, c->ra, c->sp, c->fp, stop_sp);
+  leave_sample(t, was);
+  return n;
 }
 
 /* `undo` is what the fast path subtracted from the countdown for this request. */

@@ -254,7 +254,7 @@ static void check_against_reference(const uintptr_t* frames, unsigned n, unsigne
  * whether it ended at the outermost frame (or at `max`) rather than on a step it could not
  * take. */
 static unsigned rule_walk(uintptr_t* frames, unsigned max, uintptr_t pc, uintptr_t sp, uintptr_t fp, uintptr_t hi,
-                          bool* complete) {
+                          uintptr_t stop_sp, bool* complete) {
   unsigned n = 1;
   bool exact = false; /* pc is an interrupted instruction (after a signal frame), not a return address */
   *complete = false;
@@ -300,6 +300,10 @@ static unsigned rule_walk(uintptr_t* frames, unsigned max, uintptr_t pc, uintptr
       next_fp = *(const uintptr_t*)fp;
     }
     mp_assert(cfa - sizeof(uintptr_t) >= sp && cfa <= hi); /* the only two reads stay on the stack */
+    if (cfa > stop_sp) { /* the next frame lies beyond the cut: the walk is done */
+      *complete = true;
+      return n;
+    }
     uintptr_t ret = ((const uintptr_t*)cfa)[-1];
     if (ret < 4096) break;
     frames[n++] = ret;
@@ -312,7 +316,7 @@ static unsigned rule_walk(uintptr_t* frames, unsigned max, uintptr_t pc, uintptr
 }
 #endif
 
-unsigned mp_stack_capture(uintptr_t* frames, unsigned max, void* ra, uintptr_t sp, uintptr_t fp) {
+unsigned mp_stack_capture(uintptr_t* frames, unsigned max, void* ra, uintptr_t sp, uintptr_t fp, uintptr_t stop_sp) {
   mp_thread_t* t = &mp_tls;
   mp_assert(t->in_profiler && mp_locks_held() == 0);
   if (max == 0) return 0;
@@ -322,7 +326,8 @@ unsigned mp_stack_capture(uintptr_t* frames, unsigned max, void* ra, uintptr_t s
   uintptr_t here = (uintptr_t)__builtin_frame_address(0);
   if (here >= t->stack_lo && here < t->stack_hi && sp > here && sp <= t->stack_hi) {
     bool complete;
-    unsigned n = rule_walk(frames, max, (uintptr_t)ra, sp, fp, t->stack_hi, &complete);
+    unsigned n = rule_walk(frames, max, (uintptr_t)ra, sp, fp, t->stack_hi, stop_sp == 0 ? UINTPTR_MAX : stop_sp,
+                           &complete);
 #ifdef MP_TEST_HOOKS
     if (!complete) mp_stack_count_fallback();
     if (mp_test_hook("MP_TEST_UNWIND_FP_ONLY")) complete = true; /* the control: the rules' walk alone */
@@ -343,6 +348,7 @@ unsigned mp_stack_capture(uintptr_t* frames, unsigned max, void* ra, uintptr_t s
   }
 #else
   (void)sp;
+  (void)stop_sp;
 #endif
   bool broken;
   unsigned n = fp_walk(frames, 1, max, fp, &broken);

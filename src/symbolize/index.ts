@@ -95,19 +95,20 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
     }
     if (mapping) {
       const file = str(mapping.filename);
-      if (options.trimFile?.(file)) {
-        trimmed.add(num(loc.id));
-        continue;
-      }
+      const trim = options.trimFile?.(file) ?? false;
       let elf = file ? elfOf(file) : null;
       // a file rebuilt or replaced since the dump (another machine's profile) is not this one
       const recorded = str(mapping.buildId);
       if (elf && recorded !== '' && elf.elf.buildId !== '' && elf.elf.buildId.toLowerCase() !== recorded.toLowerCase()) elf = null;
+      const vaddr = elf ? elf.elf.runtimeToVaddr(address, num(mapping.memoryStart), num(mapping.fileOffset)) : undefined;
+      const sym = elf && vaddr !== undefined ? elf.symbols.lookup(vaddr) : undefined;
+      if (trim && sym?.name !== QUEUED_BY_SYMBOL) {
+        trimmed.add(num(loc.id));
+        continue;
+      }
       if (elf) {
-        const vaddr = elf.elf.runtimeToVaddr(address, num(mapping.memoryStart), num(mapping.fileOffset));
-        const sym = vaddr === undefined ? undefined : elf.symbols.lookup(vaddr);
         if (sym) {
-          const name = demangle(sym.name);
+          const name = sym.name === QUEUED_BY_SYMBOL ? QUEUED_BY : demangle(sym.name);
           loc.line = [new Line({ functionId: functionFor(name, sym.name, file).id, line: 0 })];
           namedInMapping.set(num(mapping.id), (namedInMapping.get(num(mapping.id)) ?? 0) + 1);
           nameOfLocation.set(num(loc.id), [name]);
@@ -186,5 +187,12 @@ function labelThreads(profile: Profile, nameOfLocation: Map<number, string[]>, p
     s.label.push(new Label({ key: threadKey, str: strings.dedup(kind) }));
   }
 }
+
+/**
+ * The preload library's marker frame between a sample's own frames and the stack that queued
+ * the work it ran in (libuv's thread pool, native/src/pool.c), and the name it is shown by.
+ */
+const QUEUED_BY_SYMBOL = 'mimalloc_pprof_queued_by';
+export const QUEUED_BY = '[queued by]';
 
 export const isPreloadLibrary = (filename: string): boolean => basename(filename) === 'libmimalloc-pprof.so';

@@ -15,6 +15,9 @@ const RULES: ReadonlyArray<readonly [RegExp, ThreadKind]> = [
 /** Returns the thread kind, or undefined when the stack does not tell (e.g. cut short). */
 export function classifyThread(names: readonly string[], tid: number, pid: number | undefined): ThreadKind | undefined {
   if (pid !== undefined && tid === pid) return 'main';
+  // Above "[queued by]" is the stack of another thread, the one that queued the work.
+  const queued = names.indexOf('[queued by]');
+  if (queued >= 0) names = names.slice(0, queued);
   // Roots last: the outermost matching frame decides (a worker thread's stack also runs
   // code that the main thread runs).
   for (let i = names.length - 1; i >= 0; i--) {

@@ -1,0 +1,331 @@
+/* libuv thread-pool work charged to the stack that queued it.
+ *
+ * A sample taken on a pool thread has only the pool's frames (libuv's worker, zlib, a
+ * crypto routine, an addon's Execute); the JavaScript that asked for the work ran earlier,
+ * on another thread. libuv's pool is one FIFO queue under one mutex, shared by every loop of
+ * the process (the main thread's and each worker_threads thread's), and every item on it is
+ * a `struct uv__work` {work, done, loop, wq} (libuv's public uv/threadpool.h, the same since
+ * libuv 1.0) inside the request. Node links libuv statically, so its calls to uv_queue_work
+ * never pass a PLT; libuv's calls to pthread_mutex_unlock do, and the one that ends post()
+ * releases the pool's mutex with the new item at the queue's tail. So:
+ *  - learning: the addon queues one probe item; at the first unlock on its thread after the
+ *    item is linked, the mutex being released is the pool's and the item's successor is the
+ *    queue's head (mi_prof_pool_probe_begin/_end);
+ *  - wrapping: at an unlock of the pool's mutex by a thread that is not a pool thread, an
+ *    item at the tail that is not wrapped yet gets an entry (its own work and done
+ *    functions), and its work and done pointers become the trampolines below. This happens
+ *    before the mutex is released, so no pool thread can have taken the item;
+ *  - capture: after the release, the poster's stack is stored in the entry and published. In
+ *    a completion that a wrapped item's done trampoline runs, the stack is cut at that
+ *    trampoline and the completed item's own stack follows a marker: work queued from a
+ *    callback is charged through it to the code that queued the first piece of work;
+ *  - work trampoline (pool thread): the entry is the thread's queued_by for the work's
+ *    extent, and every sample there carries the marker frame and the entry's stack above its
+ *    own frames (mp_pool_append);
+ *  - done trampoline (loop thread): the entry leaves the table, is the thread's origin while
+ *    the real done runs, and is freed after it returns.
+ * Invariants: an entry is in the table from its wrapping until its done trampoline runs, so
+ * the work trampoline always finds it; an entry's frames are written once, before its state
+ * says READY, and never after. Items the table cannot take (full) and libuv's own static
+ * messages (exit, slow I/O), which live in the executable beside the queue's head, are left
+ * alone. Slow I/O (getaddrinfo) waits on a second queue and is not charged. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "internal.h"
+
+extern int __pthread_mutex_unlock(pthread_mutex_t* mutex);
+
+typedef struct pool_queue_s {
+  struct pool_queue_s* next;
+  struct pool_queue_s* prev;
+} pool_queue_t;
+
+typedef struct pool_work_s {
+  void (*work)(struct pool_work_s* w);
+  void (*done)(struct pool_work_s* w, int status);
+  void* loop;
+  pool_queue_t wq;
+} pool_work_t;
+
+#define POOL_FRAMES 96u
+#define POOL_ENTRIES 8192u
+#define POOL_BUCKETS 2048u
+
+enum { FILLING = 0, READY = 1, ABANDONED = 2 };
+
+typedef struct mp_pool_entry_s {
+  pool_work_t* w;
+  void (*work)(pool_work_t* w);
+  void (*done)(pool_work_t* w, int status);
+  struct mp_pool_entry_s* next; /* hash chain, or the free list; under pool_lock */
+  atomic_uint state;
+  unsigned depth;               /* valid once READY */
+  uintptr_t frames[POOL_FRAMES];
+} mp_pool_entry_t;
+
+void* volatile mp_pool_mutex;
+volatile bool mp_pool_probing;
+static pool_queue_t* pool_head;     /* libuv's queue head, learned with the mutex */
+static pool_queue_t* probe_node;    /* the probe item's queue node, during the probe */
+static pool_queue_t* last_refused;  /* the last tail the table could not take */
+
+static mp_lock_t pool_lock = MP_LOCK_INIT(MP_LEVEL_POOL);
+static mp_pool_entry_t** buckets;   /* POOL_BUCKETS chains, then the entries */
+static mp_pool_entry_t* entries;
+static unsigned used;               /* entries ever handed out (the rest never touched) */
+static mp_pool_entry_t* free_list;
+static atomic_ullong refused;
+
+/* Never called: its address is the marker frame between a sample's own frames and the
+ * stack that queued the work; the symbolizer shows it as "[queued by]". */
+mp_noinline void mimalloc_pprof_queued_by(void) { __asm__ volatile("nop\n\tnop\n\tnop\n\tnop"); }
+#define MARKER_PC ((uintptr_t)&mimalloc_pprof_queued_by + 2)
+
+/* pool_lock is taken inside the profiler, as every lock of the library is (debug.h): an
+ * allocation or signal on this thread meanwhile is the profiler's own. */
+static bool lock_table(void) {
+  bool guard = mp_tls.in_profiler;
+  mp_tls.in_profiler = true;
+  mp_lock(&pool_lock);
+  return guard;
+}
+
+static void unlock_table(bool guard) {
+  mp_unlock(&pool_lock);
+  mp_profiler_leave(&mp_tls, guard);
+}
+
+static unsigned bucket_of(const pool_work_t* w) {
+  return (unsigned)(((uintptr_t)w >> 4) * 0x9E3779B97F4A7C15ull >> 53) & (POOL_BUCKETS - 1);
+}
+
+static bool table_init(void) {
+  if (buckets != NULL) return true;
+  size_t bytes = POOL_BUCKETS * sizeof(mp_pool_entry_t*) + POOL_ENTRIES * sizeof(mp_pool_entry_t);
+  void* m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) return false;
+  entries = (mp_pool_entry_t*)((char*)m + POOL_BUCKETS * sizeof(mp_pool_entry_t*));
+  buckets = (mp_pool_entry_t**)m;
+  return true;
+}
+
+/* Under pool_lock. Freed entries first (LIFO keeps the touched pages few). */
+static mp_pool_entry_t* entry_new(void) {
+  mp_pool_entry_t* e = free_list;
+  if (e != NULL) free_list = e->next;
+  else if (used < POOL_ENTRIES) e = &entries[used++];
+  return e;
+}
+
+static void entry_free(mp_pool_entry_t* e) {
+  bool guard = lock_table();
+  e->next = free_list;
+  free_list = e;
+  unlock_table(guard);
+}
+
+static mp_pool_entry_t* lookup(const pool_work_t* w, bool remove) {
+  bool guard = lock_table();
+  mp_pool_entry_t** at = &buckets[bucket_of(w)];
+  while (*at != NULL && (*at)->w != w) at = &(*at)->next;
+  mp_pool_entry_t* e = *at;
+  if (e != NULL && remove) *at = e->next;
+  unlock_table(guard);
+  return e;
+}
+
+static void work_trampoline(pool_work_t* w);
+static void done_trampoline(pool_work_t* w, int status);
+
+/* Whether a queue node lies in a loaded object's image (libuv's static messages do; work
+ * items live in requests on the heap). */
+static bool is_static(const void* node) {
+  if ((uintptr_t)node - ((uintptr_t)pool_head - 65536) < 2 * 65536) return true;
+#if MP_UNWIND_CFI
+  struct dl_find_object info;
+  if (_dl_find_object((void*)node, &info) == 0) return true;
+#endif
+  return false;
+}
+
+/* Under the pool's mutex: the item at the tail gets an entry and the trampolines. */
+static mp_pool_entry_t* wrap_tail(void) {
+  pool_queue_t* q = pool_head->prev;
+  if (q == pool_head || q == last_refused || is_static(q)) return NULL;
+  pool_work_t* w = (pool_work_t*)((char*)q - offsetof(pool_work_t, wq));
+  if (w->work == work_trampoline || w->work == NULL) return NULL;
+  bool guard = lock_table();
+  mp_pool_entry_t* e = entry_new();
+  if (e != NULL) {
+    e->w = w;
+    e->work = w->work;
+    e->done = w->done;
+    e->depth = 0;
+    atomic_store_explicit(&e->state, FILLING, memory_order_relaxed);
+    unsigned b = bucket_of(w);
+    e->next = buckets[b];
+    buckets[b] = e;
+  }
+  unlock_table(guard);
+  if (e == NULL) {
+    last_refused = q;
+    atomic_fetch_add_explicit(&refused, 1, memory_order_relaxed);
+    return NULL;
+  }
+  w->work = work_trampoline;
+  w->done = done_trampoline;
+  return e;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+/* Whether an entry's frames are published. A pool thread can take an item the instant the
+ * poster releases the mutex, before the poster has stored its stack (about a microsecond):
+ * a sample in that window waits for it, a bounded time (the poster waits for nothing). */
+static bool ready(const mp_pool_entry_t* e) {
+  for (unsigned spins = 0; spins < 20000; spins++) {
+    unsigned state = atomic_load_explicit(&e->state, memory_order_acquire);
+    if (state != FILLING) return state == READY;
+    if (spins >= 64) sched_yield();
+    else cpu_relax();
+  }
+  return false;
+}
+
+/* frames[0, depth) + marker + tail[0, n), within max: when it does not fit, the start of the
+ * tail goes (the hops nearest this one); its end, the stack of the code that queued the first
+ * piece of work, stays. */
+static unsigned join(uintptr_t* frames, unsigned depth, unsigned max, const uintptr_t* tail, unsigned n) {
+  if (depth + 1 >= max) return depth;
+  frames[depth++] = MARKER_PC;
+  if (n > max - depth) {
+    tail += n - (max - depth);
+    n = max - depth;
+  }
+  memcpy(frames + depth, tail, n * sizeof(uintptr_t));
+  return depth + n;
+}
+
+unsigned mp_pool_append(uintptr_t* frames, unsigned depth, unsigned max) {
+  const mp_pool_entry_t* e = mp_tls.queued_by != NULL ? mp_tls.queued_by : mp_tls.pool_origin;
+  if (!ready(e)) return depth;
+  return join(frames, depth, max, e->frames, e->depth);
+}
+
+/* The poster's stack into its entry, after the pool's mutex is released. Inside a wrapped
+ * completion the stack is cut at its trampoline and the completed item's stack follows; a
+ * completion that queues the same work again (a read loop) keeps the stack it had, so that
+ * a chain of any length stays one hop long. */
+static void fill(mp_pool_entry_t* e, mp_thread_t* t, const caller_t* c) {
+  int saved = errno;
+  const mp_pool_entry_t* origin = t->pool_origin;
+  unsigned max = mp_state.bt_max < POOL_FRAMES ? mp_state.bt_max : POOL_FRAMES;
+  unsigned n = mp_sample_capture(e->frames, max, c, origin != NULL ? t->pool_origin_sp : 0);
+  if (origin != NULL && ready(origin)) {
+    bool again = origin->depth > n && origin->frames[n] == MARKER_PC &&
+                 memcmp(origin->frames, e->frames, n * sizeof(uintptr_t)) == 0;
+    if (again) {
+      memcpy(e->frames, origin->frames, origin->depth * sizeof(uintptr_t));
+      n = origin->depth;
+    } else {
+      n = join(e->frames, n, POOL_FRAMES, origin->frames, origin->depth);
+    }
+  }
+  e->depth = n;
+  unsigned expected = FILLING;
+  if (!atomic_compare_exchange_strong_explicit(&e->state, &expected, READY, memory_order_release,
+                                               memory_order_acquire))
+    entry_free(e); /* its done trampoline ran first and left it to us */
+  errno = saved;
+}
+
+/* Probing: the first unlock on the probing thread after the probe item was linked. */
+static void learn(void* mutex) {
+  pool_queue_t* node = probe_node;
+  pool_queue_t* head = node->next;
+  if (head == node || head == NULL || head->prev != node) return;
+  pool_head = head;
+  mp_pool_mutex = mutex;
+}
+
+mp_noinline int mp_pool_unlock_slow(void* mutex) {
+  mp_thread_t* t = &mp_tls;
+  if (mp_unlikely(t->pool_probing) && mp_pool_mutex == NULL) learn(mutex);
+  if (mutex != mp_pool_mutex) return __pthread_mutex_unlock(mutex);
+  caller_t c = CALLER_OF(__builtin_frame_address(0), __builtin_return_address(0));
+  mp_pool_entry_t* e = NULL;
+  if (atomic_load_explicit(&mp_state.running, memory_order_relaxed) && !t->in_profiler && !t->pool_worker &&
+      !t->exiting)
+    e = wrap_tail();
+  int rc = __pthread_mutex_unlock(mutex);
+  if (e != NULL) fill(e, t, &c);
+  return rc;
+}
+
+static void work_trampoline(pool_work_t* w) {
+  mp_pool_entry_t* e = lookup(w, false);
+  mp_assert(e != NULL && e->work != NULL);
+  mp_thread_t* t = &mp_tls;
+  t->pool_worker = true;
+  mp_pool_entry_t* outer = t->queued_by;
+  t->queued_by = e;
+  e->work(w);
+  t->queued_by = outer;
+}
+
+static void done_trampoline(pool_work_t* w, int status) {
+  mp_pool_entry_t* e = lookup(w, true);
+  mp_assert(e != NULL && e->done != NULL);
+  mp_thread_t* t = &mp_tls;
+  mp_pool_entry_t* outer = t->pool_origin;
+  uintptr_t outer_sp = t->pool_origin_sp;
+  t->pool_origin = e;
+  t->pool_origin_sp = (uintptr_t)__builtin_frame_address(0);
+  e->done(w, status); /* may free w: nothing below reads it */
+  t->pool_origin = outer;
+  t->pool_origin_sp = outer_sp;
+  unsigned expected = FILLING;
+  if (!atomic_compare_exchange_strong_explicit(&e->state, &expected, ABANDONED, memory_order_acq_rel,
+                                               memory_order_acquire))
+    entry_free(e); /* READY: the poster is done with it */
+}
+
+bool mi_prof_pool_probe_begin(void* queue_node, size_t queue_offset) {
+  static atomic_bool taken; /* one probe per process, whichever thread comes first */
+  if (queue_node == NULL || queue_offset != offsetof(pool_work_t, wq)) return false;
+  if (atomic_exchange(&taken, true)) return false;
+  bool guard = lock_table();
+  bool ok = table_init();
+  unlock_table(guard);
+  if (!ok) return false;
+  probe_node = (pool_queue_t*)queue_node;
+  probe_node->next = probe_node->prev = probe_node;
+  mp_tls.pool_probing = true;
+  mp_pool_probing = true;
+  return true;
+}
+
+bool mi_prof_pool_probe_end(void) {
+  mp_pool_probing = false;
+  mp_tls.pool_probing = false;
+  probe_node = NULL;
+  return mp_pool_mutex != NULL;
+}
+
+uint64_t mi_prof_pool_refused(void) {
+  return atomic_load_explicit(&refused, memory_order_relaxed);
+}
+
+void mp_pool_fork_prepare(void) { mp_lock(&pool_lock); }
+void mp_pool_fork_parent(void) { mp_unlock(&pool_lock); }
+void mp_pool_fork_child(void) { mp_lock_reset(&pool_lock); }
