@@ -29,6 +29,8 @@ typedef struct api_s {
   int (*mi_version)(void);
   bool (*pool_probe_begin)(void*, size_t);
   bool (*pool_probe_end)(void);
+  bool (*pool_watched)(void);
+  uint64_t (*pool_refused)(void);
 } api_t;
 
 static api_t api;
@@ -46,26 +48,40 @@ static void resolve(void) {
   if (api_ok) { /* a library older than the pool's watch still serves the rest */
     api.pool_probe_begin = (__typeof__(api.pool_probe_begin))dlsym(RTLD_DEFAULT, "mi_prof_pool_probe_begin");
     api.pool_probe_end = (__typeof__(api.pool_probe_end))dlsym(RTLD_DEFAULT, "mi_prof_pool_probe_end");
+    api.pool_watched = (__typeof__(api.pool_watched))dlsym(RTLD_DEFAULT, "mi_prof_pool_watched");
+    api.pool_refused = (__typeof__(api.pool_refused))dlsym(RTLD_DEFAULT, "mi_prof_pool_refused");
   }
 }
 
-/* libuv's thread pool is learned from one item queued here (see mi_prof_pool_probe_begin):
- * once per process, from the first thread that loads the module. The item lives in this
- * module's image, which the library never wraps, and runs nothing. */
+/* libuv's thread pool is learned from two requests queued here (see mi_prof_pool_probe_begin):
+ * once per process, from the first thread that loads the module. They live in this module's
+ * image, which the library never wraps, and do next to nothing. */
 static uv_work_t pool_probe;
-static bool pool_probe_queued;
+static uv_getaddrinfo_t slow_probe;
 static void pool_probe_work(uv_work_t* req) { (void)req; }
 static void pool_probe_after(uv_work_t* req, int status) {
   (void)req;
   (void)status;
 }
+static void slow_probe_after(uv_getaddrinfo_t* req, int status, struct addrinfo* res) {
+  (void)req;
+  (void)status;
+  if (res != NULL) uv_freeaddrinfo(res);
+}
 
 static void probe_pool(napi_env env) {
   uv_loop_t* loop = NULL;
-  if (!api_ok || api.pool_probe_begin == NULL || pool_probe_queued) return;
+  if (!api_ok || api.pool_probe_begin == NULL) return;
   if (napi_get_uv_event_loop(env, &loop) != napi_ok || loop == NULL) return;
   if (!api.pool_probe_begin(&pool_probe.work_req.wq, offsetof(struct uv__work, wq))) return;
-  pool_probe_queued = uv_queue_work(loop, &pool_probe, pool_probe_work, pool_probe_after) == 0;
+  int rc = uv_queue_work(loop, &pool_probe, pool_probe_work, pool_probe_after);
+  if (!api.pool_probe_end() || rc != 0) return;
+  if (!api.pool_probe_begin(&slow_probe.work_req.wq, offsetof(struct uv__work, wq))) return;
+  struct addrinfo hints;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_flags = AI_NUMERICHOST;
+  hints.ai_family = AF_INET;
+  uv_getaddrinfo(loop, &slow_probe, slow_probe_after, "127.0.0.1", NULL, &hints);
   api.pool_probe_end();
 }
 
@@ -246,6 +262,8 @@ static napi_value js_stats(napi_env env, napi_callback_info info) {
   set_num(env, r, "commitBytes", (double)s.commit_bytes);
   set_num(env, r, "peakCommitBytes", (double)s.peak_commit_bytes);
   set_num(env, r, "pageFaults", (double)s.page_faults);
+  set_bool(env, r, "poolWatched", api.pool_watched != NULL && api.pool_watched());
+  set_num(env, r, "poolUncharged", api.pool_refused != NULL ? (double)api.pool_refused() : 0);
   return r;
 }
 

@@ -28,7 +28,8 @@
  * the work trampoline always finds it; an entry's frames are written once, before its state
  * says READY, and never after. Items the table cannot take (full) and libuv's own static
  * messages (exit, slow I/O), which live in the executable beside the queue's head, are left
- * alone. Slow I/O (getaddrinfo) waits on a second queue and is not charged. */
+ * alone. Slow I/O (getaddrinfo) waits on a second queue under the same mutex, learned by a
+ * second probe. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -72,6 +73,7 @@ typedef struct mp_pool_entry_s {
 void* volatile mp_pool_mutex;
 volatile bool mp_pool_probing;
 static pool_queue_t* pool_head;     /* libuv's queue head, learned with the mutex */
+static pool_queue_t* slow_head;     /* its queue of slow I/O (getaddrinfo), learned next */
 static pool_queue_t* probe_node;    /* the probe item's queue node, during the probe */
 static pool_queue_t* last_refused;  /* the last tail the table could not take */
 
@@ -154,10 +156,10 @@ static bool is_static(const void* node) {
   return false;
 }
 
-/* Under the pool's mutex: the item at the tail gets an entry and the trampolines. */
-static mp_pool_entry_t* wrap_tail(void) {
-  pool_queue_t* q = pool_head->prev;
-  if (q == pool_head || q == last_refused || is_static(q)) return NULL;
+/* Under the pool's mutex: the item at a queue's tail gets an entry and the trampolines. */
+static mp_pool_entry_t* wrap_tail(pool_queue_t* head) {
+  pool_queue_t* q = head->prev;
+  if (q == head || q == last_refused || is_static(q)) return NULL;
   pool_work_t* w = (pool_work_t*)((char*)q - offsetof(pool_work_t, wq));
   if (w->work == work_trampoline || w->work == NULL) return NULL;
   bool guard = lock_table();
@@ -249,24 +251,33 @@ static void fill(mp_pool_entry_t* e, mp_thread_t* t, const caller_t* c) {
   errno = saved;
 }
 
-/* Probing: the first unlock on the probing thread after the probe item was linked. */
+/* Probing: the first unlock on the probing thread after the probe item was linked. The
+ * first probe (uv_queue_work) finds the mutex and the queue, the second (uv_getaddrinfo) the
+ * slow I/O queue, which that mutex guards too. */
 static void learn(void* mutex) {
   pool_queue_t* node = probe_node;
   pool_queue_t* head = node->next;
   if (head == node || head == NULL || head->prev != node) return;
-  pool_head = head;
-  mp_pool_mutex = mutex;
+  if (mp_pool_mutex == NULL) {
+    pool_head = head;
+    mp_pool_mutex = mutex;
+  } else if (mutex == mp_pool_mutex && head != pool_head) {
+    slow_head = head;
+  }
+  probe_node = NULL;
 }
 
 mp_noinline int mp_pool_unlock_slow(void* mutex) {
   mp_thread_t* t = &mp_tls;
-  if (mp_unlikely(t->pool_probing) && mp_pool_mutex == NULL) learn(mutex);
+  if (mp_unlikely(t->pool_probing) && probe_node != NULL) learn(mutex);
   if (mutex != mp_pool_mutex) return __pthread_mutex_unlock(mutex);
   caller_t c = CALLER_OF(__builtin_frame_address(0), __builtin_return_address(0));
   mp_pool_entry_t* e = NULL;
   if (atomic_load_explicit(&mp_state.running, memory_order_relaxed) && !t->in_profiler && !t->pool_worker &&
-      !t->exiting)
-    e = wrap_tail();
+      !t->exiting) {
+    e = wrap_tail(pool_head);
+    if (e == NULL && slow_head != NULL) e = wrap_tail(slow_head);
+  }
   int rc = __pthread_mutex_unlock(mutex);
   if (e != NULL) fill(e, t, &c);
   return rc;
@@ -300,16 +311,28 @@ static void done_trampoline(pool_work_t* w, int status) {
     entry_free(e); /* READY: the poster is done with it */
 }
 
+/* MIMALLOC_PPROF_POOL=0 leaves the pool alone. */
+static bool pool_wanted(void) {
+  const char* v = mp_getenv("MIMALLOC_PPROF_POOL");
+  if (v == NULL || (v[0] == '1' && v[1] == 0)) return true;
+  if (v[0] == '0' && v[1] == 0) return false;
+  static atomic_bool warned;
+  if (!atomic_exchange(&warned, true)) mp_warnf2("invalid MIMALLOC_PPROF_POOL (0 or 1)", " (ignored, using the default): ", v);
+  return true;
+}
+
 bool mi_prof_pool_probe_begin(void* queue_node, size_t queue_offset) {
-  static atomic_bool taken; /* one probe per process, whichever thread comes first */
-  if (queue_node == NULL || queue_offset != offsetof(pool_work_t, wq)) return false;
-  if (atomic_exchange(&taken, true)) return false;
+  static atomic_uint probes; /* the first probe finds the queue, the second the slow queue */
+  if (queue_node == NULL || queue_offset != offsetof(pool_work_t, wq) || !pool_wanted()) return false;
+  unsigned k = atomic_fetch_add(&probes, 1);
+  if (k > 1 || (k == 1 && mp_pool_mutex == NULL)) return false;
   bool guard = lock_table();
   bool ok = table_init();
   unlock_table(guard);
   if (!ok) return false;
-  probe_node = (pool_queue_t*)queue_node;
-  probe_node->next = probe_node->prev = probe_node;
+  pool_queue_t* node = (pool_queue_t*)queue_node;
+  node->next = node->prev = node;
+  probe_node = node;
   mp_tls.pool_probing = true;
   mp_pool_probing = true;
   return true;
@@ -321,6 +344,8 @@ bool mi_prof_pool_probe_end(void) {
   probe_node = NULL;
   return mp_pool_mutex != NULL;
 }
+
+bool mi_prof_pool_watched(void) { return mp_pool_mutex != NULL; }
 
 uint64_t mi_prof_pool_refused(void) {
   return atomic_load_explicit(&refused, memory_order_relaxed);

@@ -48,6 +48,10 @@ export interface NativeStats {
   commitBytes: number;
   peakCommitBytes: number;
   pageFaults: number;
+  /** libuv's thread pool is watched: its work carries the stack that queued it. */
+  poolWatched: boolean;
+  /** Pool work left uncharged because too much was in flight at once (over 8192 items). */
+  poolUncharged: number;
 }
 
 /** Why the profiler can or cannot be used in this process. */

@@ -4,14 +4,12 @@
  */
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { gunzipSync } from 'node:zlib';
-
-import { Profile } from 'pprof-format';
 
 import { pprofRaw, root, run, tempDir, weight } from '../helpers.js';
+import { decode } from './decode.js';
 
 const cli = join(root, 'dist', 'src', 'cli', 'bin.js');
 const fixtures = join(root, 'test', 'run', 'fixtures');
@@ -24,33 +22,6 @@ function mpp(args: string[], env: Record<string, string> = {}, cwd?: string) {
     timeout: 180_000,
     maxBuffer: 64 << 20,
   });
-}
-
-interface Decoded {
-  profile: Profile;
-  str: (i: number | bigint) => string;
-  samples: { inuse: number; inuseObjects: number; names: string[]; files: string[]; thread: string; size: number }[];
-}
-
-function decode(path: string): Decoded {
-  const profile = Profile.decode(gunzipSync(readFileSync(path)));
-  const str = (i: number | bigint) => profile.stringTable.strings[Number(i)] ?? '';
-  const fn = new Map(profile.function.map((f) => [Number(f.id), f]));
-  const loc = new Map(profile.location.map((l) => [Number(l.id), l]));
-  const types = profile.sampleType.map((t) => str(t.type));
-  const samples = profile.sample.map((s) => {
-    const lines = s.locationId.flatMap((id) => loc.get(Number(id))?.line ?? []);
-    const label = (key: string) => s.label.find((l) => str(l.key) === key);
-    return {
-      inuse: Number(s.value[types.indexOf('inuse_space')]),
-      inuseObjects: Number(s.value[types.indexOf('inuse_objects')]),
-      names: lines.map((l) => str(fn.get(Number(l.functionId))?.name ?? 0)),
-      files: lines.map((l) => str(fn.get(Number(l.functionId))?.filename ?? 0)),
-      thread: str(label('thread')?.str ?? 0),
-      size: Number(label('bytes')?.num ?? 0),
-    };
-  });
-  return { profile, str, samples };
 }
 
 describe('JavaScript frames in native stacks: the whole chain', () => {

@@ -120,15 +120,19 @@ typedef struct mi_prof_stats_s {
 mi_prof_export mi_prof_nodiscard bool mi_prof_stats_get(mi_prof_stats_t* stats);
 
 /* ---- libuv's thread pool (Node): work charged to the stack that queued it ----
- * For an addon running inside the process. The caller queues one item with uv_queue_work
- * between these calls, on its loop's thread: `queue_node` is the item's `work_req.wq` and
+ * For an addon running inside the process, on its loop's thread. Between _begin and _end the
+ * caller queues one item: first with uv_queue_work, then (a second pair of calls) with
+ * uv_getaddrinfo for the slow I/O queue. `queue_node` is the request's `work_req.wq` and
  * `queue_offset` is offsetof(struct uv__work, wq) in the caller's libuv headers. _begin is
- * false when the pool is known already or the layout differs (then queue nothing); _end
- * tells whether the pool is known now. Afterwards every sample taken on a pool thread while
- * it runs work carries the stack that queued the work, above a "[queued by]" frame. */
+ * false when there is nothing to learn, the layout differs or MIMALLOC_PPROF_POOL=0 (then
+ * queue nothing); _end tells whether the pool is known now. Afterwards every sample taken on
+ * a pool thread while it runs work, or inside that work's completion, carries the stack that
+ * queued the work above a "[queued by]" frame. */
 mi_prof_export bool mi_prof_pool_probe_begin(void* queue_node, size_t queue_offset);
 mi_prof_export bool mi_prof_pool_probe_end(void);
-/* Work items left uncharged because the table of work in flight was full. */
+/* Whether the pool is watched (learned); work items left uncharged because the table of work
+ * in flight was full. */
+mi_prof_export bool mi_prof_pool_watched(void);
 mi_prof_export uint64_t mi_prof_pool_refused(void);
 
 #ifdef __cplusplus

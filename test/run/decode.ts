@@ -1,0 +1,44 @@
+/** A `run` profile (gzipped profile.proto) decoded into one record per sample, for tests. */
+import { readFileSync } from 'node:fs';
+import { gunzipSync } from 'node:zlib';
+
+import { Profile } from 'pprof-format';
+
+export interface DecodedSample {
+  inuse: number;
+  inuseObjects: number;
+  alloc: number;
+  names: string[];
+  files: string[];
+  thread: string;
+  size: number;
+}
+
+export interface Decoded {
+  profile: Profile;
+  str: (i: number | bigint) => string;
+  samples: DecodedSample[];
+}
+
+export function decode(path: string): Decoded {
+  const buf = readFileSync(path);
+  const profile = Profile.decode(buf[0] === 0x1f ? gunzipSync(buf) : buf);
+  const str = (i: number | bigint) => profile.stringTable.strings[Number(i)] ?? '';
+  const fn = new Map(profile.function.map((f) => [Number(f.id), f]));
+  const loc = new Map(profile.location.map((l) => [Number(l.id), l]));
+  const types = profile.sampleType.map((t) => str(t.type));
+  const samples = profile.sample.map((s) => {
+    const lines = s.locationId.flatMap((id) => loc.get(Number(id))?.line ?? []);
+    const label = (key: string) => s.label.find((l) => str(l.key) === key);
+    return {
+      inuse: Number(s.value[types.indexOf('inuse_space')]),
+      inuseObjects: Number(s.value[types.indexOf('inuse_objects')]),
+      alloc: Number(s.value[types.indexOf('alloc_space')] ?? 0),
+      names: lines.map((l) => str(fn.get(Number(l.functionId))?.name ?? 0)),
+      files: lines.map((l) => str(fn.get(Number(l.functionId))?.filename ?? 0)),
+      thread: str(label('thread')?.str ?? 0),
+      size: Number(label('bytes')?.num ?? 0),
+    };
+  });
+  return { profile, str, samples };
+}
