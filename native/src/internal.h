@@ -17,6 +17,7 @@
 #ifndef MP_INTERNAL_H
 #define MP_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -414,6 +415,8 @@ extern bool mp_interposing;    /* malloc resolves to this library (false when dl
 extern void* volatile mp_pool_mutex;
 extern volatile bool mp_pool_probing;
 int mp_pool_unlock_slow(void* mutex);
+/* glibc's pthread_mutex_unlock (looked up on first use). */
+extern int (*mp_libc_mutex_unlock)(pthread_mutex_t* mutex);
 /* A sample's stack on a thread running queued work (queued_by), or inside the completion of
  * such work (pool_origin): the marker frame and that work's queuing stack appended after
  * `depth` frames, within `max`. */

@@ -350,12 +350,9 @@ DELETE_FORM(_ZdlPvSt11align_val_tRKSt9nothrow_t, __attribute__((unused)) size_t 
 DELETE_FORM(_ZdaPvSt11align_val_tRKSt9nothrow_t, __attribute__((unused)) size_t a, __attribute__((unused)) const void* tag)
 
 /* ---- pthread_mutex_unlock: how libuv's thread pool is watched (pool.c) -------------------- */
-/* glibc exports its implementation under this second name too. */
-extern int __pthread_mutex_unlock(pthread_mutex_t* mutex);
-
 /* One or two compares in front of glibc's: the slow path only for the pool's mutex (when
  * learned) or while a probe runs. */
 EXPORT int pthread_mutex_unlock(pthread_mutex_t* mutex) {
   if (mp_unlikely((void*)mutex == mp_pool_mutex || mp_pool_probing)) return mp_pool_unlock_slow(mutex);
-  return __pthread_mutex_unlock(mutex);
+  return mp_libc_mutex_unlock(mutex);
 }

@@ -35,12 +35,34 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #include "internal.h"
 
-extern int __pthread_mutex_unlock(pthread_mutex_t* mutex);
+/* glibc's pthread_mutex_unlock, found on first use: mimalloc (3.x) unlocks its own mutexes
+ * during its initialisation, before this library's constructors run. The lookup neither
+ * allocates nor locks anything but the loader's recursive lock. */
+static int unlock_first(pthread_mutex_t* mutex);
+int (*mp_libc_mutex_unlock)(pthread_mutex_t* mutex) = unlock_first;
+
+static int unlock_first(pthread_mutex_t* mutex) {
+  int (*f)(pthread_mutex_t*) = (int (*)(pthread_mutex_t*))dlsym(RTLD_NEXT, "pthread_mutex_unlock");
+  if (f == NULL) {
+    mp_write_stderr("glibc's pthread_mutex_unlock was not found");
+    abort();
+  }
+  __atomic_store_n(&mp_libc_mutex_unlock, f, __ATOMIC_RELAXED);
+  return f(mutex);
+}
+
+__attribute__((constructor(101))) static void resolve_unlock(void) {
+  if (mp_libc_mutex_unlock == unlock_first) {
+    void* f = dlsym(RTLD_NEXT, "pthread_mutex_unlock");
+    if (f != NULL) __atomic_store_n(&mp_libc_mutex_unlock, (int (*)(pthread_mutex_t*))f, __ATOMIC_RELAXED);
+  }
+}
 
 typedef struct pool_queue_s {
   struct pool_queue_s* next;
@@ -270,7 +292,7 @@ static void learn(void* mutex) {
 mp_noinline int mp_pool_unlock_slow(void* mutex) {
   mp_thread_t* t = &mp_tls;
   if (mp_unlikely(t->pool_probing) && probe_node != NULL) learn(mutex);
-  if (mutex != mp_pool_mutex) return __pthread_mutex_unlock(mutex);
+  if (mutex != mp_pool_mutex) return mp_libc_mutex_unlock(mutex);
   caller_t c = CALLER_OF(__builtin_frame_address(0), __builtin_return_address(0));
   mp_pool_entry_t* e = NULL;
   if (atomic_load_explicit(&mp_state.running, memory_order_relaxed) && !t->in_profiler && !t->pool_worker &&
@@ -278,7 +300,7 @@ mp_noinline int mp_pool_unlock_slow(void* mutex) {
     e = wrap_tail(pool_head);
     if (e == NULL && slow_head != NULL) e = wrap_tail(slow_head);
   }
-  int rc = __pthread_mutex_unlock(mutex);
+  int rc = mp_libc_mutex_unlock(mutex);
   if (e != NULL) fill(e, t, &c);
   return rc;
 }

@@ -37,6 +37,9 @@ Options:
   --no-gc             Node: skip the full garbage collection before the exit profile
                       (by default memory that only unreachable JavaScript objects hold,
                       such as dropped Buffers, is not reported as in use)
+  --no-js-heap        Node: leave out the JavaScript heap (by default V8's sampling heap
+                      profile is merged in, its samples labelled heap=js, the native ones
+                      heap=native)
   --main-only         profile only the process run starts, or what it exec's (its children
                       run on mimalloc, unprofiled)
   --no-profile        only run CMD on mimalloc (no profiling)
@@ -50,12 +53,13 @@ interface CliRunOptions extends RunOptions {
 const VALUE_OPTIONS = new Set(['--out', '--format', '--interval', '--seed', '--bt-max', '--top']);
 
 export function parseRunArgs(argv: string[]): CliRunOptions | 'help' {
-  const opts: CliRunOptions = { out: 'mimalloc-pprof.pb.gz', format: 'proto', btMax: 64, top: 10, profile: true, gc: true, command: [] };
-  const split = splitCommandLine('run', argv, new Set(['--no-profile', '--no-gc', '--main-only']), VALUE_OPTIONS);
+  const opts: CliRunOptions = { out: 'mimalloc-pprof.pb.gz', format: 'proto', btMax: 64, top: 10, profile: true, gc: true, jsHeap: true, command: [] };
+  const split = splitCommandLine('run', argv, new Set(['--no-profile', '--no-gc', '--no-js-heap', '--main-only']), VALUE_OPTIONS);
   if (split === 'help') return 'help';
   for (const [name, value] of split.options) {
     if (value === true) {
       if (name === '--no-gc') opts.gc = false;
+      else if (name === '--no-js-heap') opts.jsHeap = false;
       else if (name === '--main-only') opts.mainOnly = true;
       else opts.profile = false; // --no-profile
       continue;
@@ -211,7 +215,8 @@ function printJavaScriptCallers(profile: Profile, n: number, out: { write(s: str
   }
   const rows = [...cum].sort((a, b) => b[1] - a[1]).slice(0, n);
   if (rows.length === 0 || total <= 0) return;
-  out.write('\nJavaScript functions with native memory in use beneath them (cumulative)\n');
+  const heaps = profile.sample.some((s) => s.label.some((l) => str(l.key) === 'heap' && str(l.str) === 'js'));
+  out.write(`\nJavaScript functions with ${heaps ? 'memory (native and JavaScript heap)' : 'native memory'} in use beneath them (cumulative)\n`);
   for (const [name, bytes] of rows) {
     out.write(`${humanBytes(bytes).padStart(9)} ${((100 * bytes) / total).toFixed(2).padStart(6)}%  ${name}\n`);
   }

@@ -23,6 +23,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { MimallocPprofError } from '../errors.js';
 import { checkAvailability } from '../node/addon.js';
 import type { RenderSpec } from '../node/engine.js';
+import { startJsHeap } from '../node/js-heap.js';
 import { checkStartOptions, profiler, type StartOptions } from '../node/profiler.js';
 import { snapshots, type GcOutcome, type Lease } from '../node/snapshots.js';
 
@@ -42,6 +43,9 @@ export interface PprofHandlerOptions {
   maxConcurrent?: number;
   /** `?seconds=N` windows open at once; more are answered 503 (default 16). */
   maxWindows?: number;
+  /** Sample the JavaScript heap too, from now on (default true): heap profiles carry it as
+   * heap=js samples (`?js=0` leaves them out of one response). */
+  jsHeap?: boolean;
 }
 
 export type NextFunction = (err?: unknown) => void;
@@ -53,7 +57,7 @@ export interface PprofHandler {
   readonly stats: { served: number; busy: number; readonly dumps: number };
 }
 
-const KEYS = new Set(['prefix', 'authToken', 'autoStart', 'maxSeconds', 'maxConcurrent', 'maxWindows']);
+const KEYS = new Set(['prefix', 'authToken', 'autoStart', 'maxSeconds', 'maxConcurrent', 'maxWindows', 'jsHeap']);
 
 const PROFILES = {
   heap: 'A sampling of the native memory in use (mimalloc, via the preload library). You can specify the gc GET parameter to run V8\'s gc before taking the heap sample (needs node --expose-gc).',
@@ -100,11 +104,15 @@ export function pprofHandler(options: PprofHandlerOptions = {}): PprofHandler {
   const startOptions: StartOptions = autoStart === true ? { accum: true } : autoStart === false ? {} : { accum: true, ...autoStart };
   if (autoStart !== false) checkStartOptions(startOptions);
 
+  if (options.jsHeap !== undefined && typeof options.jsHeap !== 'boolean') throw new TypeError('pprofHandler: jsHeap must be a boolean');
+  const jsHeap = options.jsHeap !== false;
+
   let started = false;
   const ensureStarted = () => {
     if (started || autoStart === false) return;
     started = true;
     if (!profiler.isRunning()) profiler.start(startOptions);
+    if (jsHeap) startJsHeap(profiler.stats().sampleInterval || 524288);
   };
   if (checkAvailability().available) {
     try {
@@ -207,7 +215,11 @@ ${descriptions}
     }
     ensureStarted();
 
-    const spec: RenderSpec = debug > 0 ? { format: 'text' } : { format: 'proto', ...(name === 'allocs' ? { defaultSampleType: 'alloc_space' } : {}) };
+    const withJs = jsHeap && q.get('js') !== '0';
+    const spec: RenderSpec = {
+      ...(debug > 0 ? { format: 'text' as const } : { format: 'proto' as const, ...(name === 'allocs' ? { defaultSampleType: 'alloc_space' } : {}) }),
+      ...(withJs ? {} : { jsHeap: false }),
+    };
     active++;
     if (seconds > 0) windows++;
     const leases: Lease[] = [];

@@ -124,6 +124,18 @@ export interface RenderSpec {
   gzip?: boolean;
   /** The sample type pprof shows first (`alloc_space` for /allocs); kept when absent. */
   defaultSampleType?: string;
+  /** false: leave out the JavaScript heap's samples (heap=js) when the snapshot has them. */
+  jsHeap?: boolean;
+}
+
+/** The profile without its JavaScript heap's samples (heap=js). */
+function withoutJsHeap(p: Profile): Profile {
+  const heap = p.stringTable.strings.indexOf('heap');
+  const js = p.stringTable.strings.indexOf('js');
+  if (heap < 0 || js < 0) return p;
+  const copy = Object.assign(Object.create(Object.getPrototypeOf(p) as object) as Profile, p);
+  copy.sample = p.sample.filter((s) => !s.label.some((l) => Number(l.key) === heap && Number(l.str) === js));
+  return copy;
 }
 
 function varint(n: number): number[] {
@@ -175,14 +187,16 @@ export function annotatedHeapText(p: Profile): string {
  * differ only in their default sample type cost one gzip each: protobuf readers keep the last
  * value of a scalar field, so the variant is the message with field 14 appended.
  */
-export function render(p: Profile, spec: RenderSpec, cache: Map<string, Uint8Array> = new Map()): Uint8Array {
+export function render(p0: Profile, spec: RenderSpec, cache: Map<string, Uint8Array> = new Map()): Uint8Array {
+  const p = spec.jsHeap === false ? withoutJsHeap(p0) : p0;
+  const variant = spec.jsHeap === false ? '-nojs' : '';
   if (spec.format === 'text') {
-    let t = cache.get('text');
-    if (!t) cache.set('text', (t = new TextEncoder().encode(annotatedHeapText(p))));
+    let t = cache.get(`text${variant}`);
+    if (!t) cache.set(`text${variant}`, (t = new TextEncoder().encode(annotatedHeapText(p))));
     return t;
   }
-  let raw = cache.get('raw');
-  if (!raw) cache.set('raw', (raw = encode(p, false)));
+  let raw = cache.get(`raw${variant}`);
+  if (!raw) cache.set(`raw${variant}`, (raw = encode(p, false)));
   const type = spec.defaultSampleType === undefined ? undefined : p.sampleType.find((t) => str(p, t.type) === spec.defaultSampleType);
   if (type) {
     const tail = [0x70, ...varint(Number(type.type))]; // field 14 (default_sample_type), varint

@@ -12,6 +12,7 @@
  * and its presence changes what SIGINT and SIGTERM do. A signal that ends the program is the
  * preload library's to profile, natively (native/src/signals.c).
  */
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { isMainThread } from 'node:worker_threads';
 
@@ -38,8 +39,39 @@ function fullGc(): (() => void) | undefined {
   }
 }
 
+/**
+ * V8's sampling heap profiler, started now at the native profile's interval (the JavaScript
+ * heap beside the native heap, src/profile/js-heap.ts; `run --no-js-heap` leaves it off).
+ * Returns what reads its profile (the in-process session answers synchronously).
+ */
+function startJsHeap(): (() => unknown) | undefined {
+  if (process.env.MIMALLOC_PPROF_JS_HEAP === '0') return undefined;
+  try {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const inspector = require('node:inspector') as typeof import('node:inspector');
+    const session = new inspector.Session();
+    session.connect();
+    const interval = Number(process.env.MIMALLOC_PROF_SAMPLE_INTERVAL) || 524288;
+    let started = false;
+    session.post('HeapProfiler.startSampling', { samplingInterval: interval }, (err) => {
+      started = !err;
+    });
+    if (!started) return undefined;
+    return () => {
+      let profile: unknown;
+      session.post('HeapProfiler.getSamplingProfile', (err, r) => {
+        if (!err) profile = r.profile;
+      });
+      return profile === undefined ? undefined : { interval, profile };
+    };
+  } catch {
+    return undefined;
+  }
+}
+
 function install(addon: Addon, runDir: string): void {
   const collect = process.env.MIMALLOC_PPROF_NO_GC !== '1';
+  const jsHeap = startJsHeap();
   let done = false;
   const dump = () => {
     if (done) return;
@@ -53,6 +85,8 @@ function install(addon: Addon, runDir: string): void {
         gc?.();
         gc?.();
       }
+      const js = jsHeap?.();
+      if (js !== undefined) writeFileSync(join(runDir, `jsheap.${process.pid}.json`), JSON.stringify(js));
       addon.dump(join(runDir, `raw.${process.pid}.pb`), 'proto');
       addon.stop();
     } catch (e) {

@@ -16,6 +16,7 @@ import { rename, rm, writeFile } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 
 import { checkAvailability, withAddon, type Availability, type NativeStats } from './addon.js';
+import { startJsHeap } from './js-heap.js';
 import { snapshots } from './snapshots.js';
 
 export type { Availability } from './addon.js';
@@ -32,6 +33,9 @@ export interface StartOptions {
   btMax?: number;
   /** Cap on the profiler's own memory; samples over it are dropped and counted. */
   maxBytes?: number;
+  /** Also sample this thread's JavaScript heap (V8's sampling heap profiler, same interval):
+   * profiles then carry it as heap=js samples beside the native heap=native ones. */
+  jsHeap?: boolean;
 }
 
 /** The preload library's figures (mi_prof_stats_t): sampled, estimated, exact, process. */
@@ -65,10 +69,14 @@ export interface ProfileOptions {
   sampleType?: SampleType;
   /** Run V8's gc first when it is exposed (node --expose-gc); ignored otherwise. */
   gc?: boolean;
+  /** The JavaScript heap beside the native heap (heap=js samples). true: starts sampling it
+   * now if it is not sampled yet (objects allocated before are not seen); false: leaves it
+   * out; default: included when it is sampled (start({ jsHeap: true }), pprofHandler). */
+  jsHeap?: boolean;
 }
 
-const START_KEYS = new Set(['interval', 'seed', 'accum', 'btMax', 'maxBytes']);
-const PROFILE_KEYS = new Set(['format', 'gzip', 'sampleType', 'gc']);
+const START_KEYS = new Set(['interval', 'seed', 'accum', 'btMax', 'maxBytes', 'jsHeap']);
+const PROFILE_KEYS = new Set(['format', 'gzip', 'sampleType', 'gc', 'jsHeap']);
 const SAMPLE_TYPES = new Set(['inuse_space', 'inuse_objects', 'alloc_space', 'alloc_objects']);
 
 function checkKeys(what: string, options: object, allowed: Set<string>): void {
@@ -93,6 +101,7 @@ export function checkStartOptions(options: StartOptions): void {
     throw new TypeError(`start: seed must be a non-negative integer (a bigint up to 2^64-1), not ${String(seed)}`);
   }
   if (options.accum !== undefined && typeof options.accum !== 'boolean') throw new TypeError('start: accum must be a boolean');
+  if (options.jsHeap !== undefined && typeof options.jsHeap !== 'boolean') throw new TypeError('start: jsHeap must be a boolean');
 }
 
 function checkProfileOptions(options: ProfileOptions): void {
@@ -103,6 +112,7 @@ function checkProfileOptions(options: ProfileOptions): void {
   if (options.sampleType !== undefined && !SAMPLE_TYPES.has(options.sampleType)) {
     throw new TypeError(`profile: sampleType must be one of ${[...SAMPLE_TYPES].join(', ')}, not ${String(options.sampleType)}`);
   }
+  if (options.jsHeap !== undefined && typeof options.jsHeap !== 'boolean') throw new TypeError('profile: jsHeap must be a boolean');
 }
 
 /** Runs `fn` as an async call: its errors reject instead of throwing. */
@@ -157,7 +167,10 @@ export const profiler = {
   /** Starts sampling; false when it was already running (its settings are kept). */
   start(options: StartOptions = {}): boolean {
     checkStartOptions(options);
-    return withAddon((a) => a.start(options));
+    const { jsHeap, ...native } = options;
+    const started = withAddon((a) => a.start(native));
+    if (jsHeap === true) startJsHeap(options.interval ?? (withAddon((a) => a.stats()).sampleInterval || 524288));
+    return started;
   },
 
   /** Stops sampling and discards every sample. */
@@ -187,11 +200,13 @@ export const profiler = {
   profile(options: ProfileOptions = {}): Promise<Buffer> {
     return later(async () => {
       checkProfileOptions(options);
+      if (options.jsHeap === true) startJsHeap(profiler.stats().sampleInterval || 524288);
       const lease = await snapshots.acquire({ gc: options.gc === true });
       try {
         const data = await lease.render({
           format: options.format ?? 'proto',
           gzip: options.gzip !== false,
+          ...(options.jsHeap === false ? { jsHeap: false } : {}),
           ...(options.sampleType ? { defaultSampleType: options.sampleType } : {}),
         });
         return Buffer.from(data); // a copy: the render is shared with concurrent callers

@@ -16,6 +16,7 @@ import { Worker } from 'node:worker_threads';
 
 import { LibraryVersionError, MimallocPprofError, NotPreloadedError, ProfilerError } from '../errors.js';
 import { requireAddon } from './addon.js';
+import { takeJsHeap } from './js-heap.js';
 import type { RenderSpec } from './engine.js';
 import type { WorkerRequest, WorkerResponse } from './worker.js';
 
@@ -229,7 +230,8 @@ export class SnapshotSource {
       gc = !options.gc ? 'not-requested' : typeof (globalThis as { gc?: unknown }).gc === 'function' ? 'joined' : 'unavailable';
     } else {
       gc = options.gc ? runGc() : 'not-requested';
-      const ready = this.worker.call({ op: 'snapshot' }).then((r) => r as { id: number; timeNs: bigint; samples: number });
+      const jsHeap = takeJsHeap();
+      const ready = this.worker.call({ op: 'snapshot', ...(jsHeap ? { jsHeap } : {}) }).then((r) => r as { id: number; timeNs: bigint; samples: number });
       const s: State = { ready, epoch: this.worker.epoch, gc, refs: 0, renders: new Map() };
       this.worker.live++;
       this.dumps++;

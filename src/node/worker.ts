@@ -12,11 +12,12 @@ import { parentPort, workerData } from 'node:worker_threads';
 
 import type { Profile } from 'pprof-format';
 
+import { mergeJsHeap, type V8SamplingHeapProfile } from '../profile/js-heap.js';
 import { requireAddon, translate } from './addon.js';
 import { render, renderDelta, renderWindow, takeSnapshot, type RenderSpec } from './engine.js';
 
 export type WorkerRequest =
-  | { seq: number; op: 'snapshot' }
+  | { seq: number; op: 'snapshot'; jsHeap?: { interval: number; profile: V8SamplingHeapProfile } }
   | { seq: number; op: 'render'; id: number; spec: RenderSpec }
   | { seq: number; op: 'delta'; baseId: number; id: number; spec: RenderSpec }
   | { seq: number; op: 'window'; baseId?: number; id: number; fromNs: bigint; untilNs: bigint }
@@ -53,6 +54,12 @@ if (parentPort) {
           const id = nextId++;
           const timeNs = BigInt(Date.now()) * 1_000_000n;
           const profile = takeSnapshot(requireAddon(), dumpPath);
+          if (msg.jsHeap) {
+            const merged = mergeJsHeap(profile, msg.jsHeap.profile, msg.jsHeap.interval);
+            profile.comment.push(
+              profile.stringTable.dedup(`heap=js: V8's sampling heap profiler at interval=${msg.jsHeap.interval}: ${Math.round(merged.bytes)} bytes of JavaScript objects in use (${merged.samples} samples)`),
+            );
+          }
           snapshots.set(id, { profile, timeNs, cache: new Map() });
           reply({ seq: msg.seq, id, timeNs, samples: profile.sample.length });
           break;

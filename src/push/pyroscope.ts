@@ -16,6 +16,7 @@ import { request as httpsRequest } from 'node:https';
 
 import { requireAddon } from '../node/addon.js';
 import { FailureWindow, stderrLogger, type Logger } from '../node/failure-window.js';
+import { startJsHeap } from '../node/js-heap.js';
 import { checkStartOptions, profiler, type StartOptions } from '../node/profiler.js';
 import { snapshots, type Lease } from '../node/snapshots.js';
 
@@ -199,6 +200,8 @@ export function pushTo(options: PushOptions): Pusher {
   if (autoStart !== false) checkStartOptions(startOptions);
   requireAddon();
   if (autoStart !== false && !profiler.isRunning()) profiler.start(startOptions);
+  // the JavaScript heap beside the native one (heap=js samples), unless the start options say no
+  if (autoStart !== false && startOptions.jsHeap !== false) startJsHeap(profiler.stats().sampleInterval || 524288);
 
   const ingest = new URL(base.href);
   if (!/\/ingest\/?$/.test(ingest.pathname)) ingest.pathname = `${ingest.pathname.replace(/\/+$/, '')}/ingest`;

@@ -24,6 +24,7 @@ import { denoExecutable, isNodeProgram, preloadObstacle, which } from '../preloa
 import { addonPath, libraryPath, packageRoot } from '../preload/library.js';
 import { encodeHeapText, encodeProfile, findSampleType, totalValue } from '../profile/index.js';
 import { writeFileAtomic } from '../profile/files.js';
+import { mergeJsHeap, type V8SamplingHeapProfile } from '../profile/js-heap.js';
 import { isPreloadLibrary, symbolize } from '../symbolize/index.js';
 import { recordedNumber } from '../symbolize/raw.js';
 import { perfMapOf, readMarkers, removeV8Leftovers, startWatchdog, unsplittable, type ProcessMarker } from './leftovers.js';
@@ -45,6 +46,8 @@ export interface RunOptions {
   profile: boolean;
   /** Node: a full garbage collection before the exit profile (default true). */
   gc: boolean;
+  /** Node: V8's sampling heap profile merged in as heap=js samples (default true). */
+  jsHeap: boolean;
   /** Profile only the process `run` starts: its children do not get the preload. */
   mainOnly?: boolean;
 }
@@ -101,7 +104,7 @@ export function checkOut(out: string): void {
 
 /** What run tells its processes (a run inside a run starts afresh); the user's own
  * MIMALLOC_PPROF_* settings (the Node API's) pass through. */
-const RUN_VARIABLES = ['RUN_DIR', 'RUN_PID', 'MAIN_ONLY', 'NODE_OPTIONS', 'NO_GC', 'ADDON'].map((v) => `MIMALLOC_PPROF_${v}`);
+const RUN_VARIABLES = ['RUN_DIR', 'RUN_PID', 'MAIN_ONLY', 'NODE_OPTIONS', 'NO_GC', 'ADDON', 'JS_HEAP'].map((v) => `MIMALLOC_PPROF_${v}`);
 
 /** The signals `run` passes on to its program (it ends when they end the program). */
 const FORWARDED = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const;
@@ -147,6 +150,7 @@ function programEnv(opts: RunOptions, runDir: string, isNode: boolean): NodeJS.P
     // inert elsewhere. They name JIT and interpreted frames, and dump before teardown.
     env.MIMALLOC_PPROF_ADDON = addonPath();
     if (!opts.gc) env.MIMALLOC_PPROF_NO_GC = '1';
+    if (!opts.jsHeap) env.MIMALLOC_PPROF_JS_HEAP = '0';
     if (opts.mainOnly && !isNode) return env;
     const hook = unsplittable(EXIT_HOOK, runDir);
     env.NODE_OPTIONS = [env.NODE_OPTIONS, '--perf-basic-prof', '--interpreted-frames-native-stack', `--require=${hook}`]
@@ -238,6 +242,12 @@ function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport): void
     trimFile: isPreloadLibrary,
   });
   const comment = (text: string) => profile.comment.push(profile.stringTable.dedup(text));
+  const jsHeapFile = join(runDir, `jsheap.${p.pid}.json`);
+  if (opts.jsHeap && existsSync(jsHeapFile)) {
+    const { interval, profile: js } = JSON.parse(readFileSync(jsHeapFile, 'utf8')) as { interval: number; profile: V8SamplingHeapProfile };
+    const merged = mergeJsHeap(profile, js, interval);
+    comment(`heap=js: V8's sampling heap profiler at interval=${interval}: ${Math.round(merged.bytes)} bytes of JavaScript objects in use (${merged.samples} samples)`);
+  }
   comment(`mimalloc-pprof ${packageVersion()} run: interval=${opts.interval ?? 524288} seed=${opts.seed ?? 'none'} pid=${p.pid}`);
   if (p.ppid) comment(`ppid=${p.ppid}`);
   if (p.argv.length > 0) comment(`command: ${p.argv.join(' ')}`);

@@ -1,0 +1,99 @@
+#!/usr/bin/env node
+// The thread-pool watch's cost (native/src/pool.c, docs/thread-pool.md), profiling at the
+// default interval with the watch on and off (MIMALLOC_PPROF_POOL=0): async deflate of many
+// small chunks (bench/fixtures/zlib-chunks.mjs, one pool item per chunk), and many cheap items
+// (bench/fixtures/pool-items.mjs, fs.stat) for the CPU per queued item. Paired blocks, order
+// shuffled per block, bootstrap intervals (compare's machinery).
+//
+//   node bench/pool-cost.mjs [--quick] [--json] [--write] [--blocks=N]
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const dist = join(root, 'dist', 'src', 'compare');
+const { parseAllocators, resolveAllocators } = await import(join(dist, 'allocators.js'));
+const { runCompare } = await import(join(dist, 'compare.js'));
+const { formatSeconds, formatBytes } = await import(join(dist, 'report.js'));
+const { baseEnvironment } = await import(join(dist, 'runner.js'));
+
+const args = process.argv.slice(2);
+for (const a of args) if (!/^--(quick|json|write|blocks=\d+)$/.test(a)) die(`unknown argument ${a} (see the head of bench/pool-cost.mjs)`);
+const quick = args.includes('--quick');
+const write = args.includes('--write');
+if (write && quick) die('--write records full runs only; drop --quick');
+const blocks = Number(args.find((a) => a.startsWith('--blocks='))?.slice(9) ?? (quick ? 2 : 20));
+const seed = 20261202;
+
+function die(message) {
+  console.error(`bench/pool-cost: ${message}`);
+  process.exit(1);
+}
+
+const { arms, skipped } = resolveAllocators(parseAllocators('off=mimalloc-pprof-profiling,on=mimalloc-pprof-profiling'));
+arms.find((a) => a.label === 'off').env.MIMALLOC_PPROF_POOL = '0';
+arms.find((a) => a.label === 'on').env.MIMALLOC_PPROF_POOL = '1';
+const work = mkdtempSync(join(tmpdir(), 'mpp-bench-pool-'));
+process.on('exit', () => rmSync(work, { recursive: true, force: true }));
+
+async function measure(fixture, arg) {
+  const shown = `node bench/fixtures/${fixture} ${arg}`;
+  console.error(`bench/pool-cost: ${shown} × off, on; ${blocks} blocks`);
+  const result = await runCompare({
+    command: [process.execPath, join(root, 'bench', 'fixtures', fixture), arg],
+    allocators: 'off,on',
+    arms,
+    skipped,
+    baseline: 'off',
+    blocks,
+    warmup: quick ? 0 : 1,
+    seed,
+    resamples: 10_000,
+    confidence: 0.95,
+    counts: 'off',
+    timeout: 300,
+    env: baseEnvironment(),
+    cwd: work,
+  });
+  const failed = Object.entries(result.failures).filter(([, f]) => f.failed > 0);
+  if (failed.length > 0) die(`runs failed: ${failed.map(([a, f]) => `${a} ${f.failed}/${f.of}`).join(', ')}`);
+  const e = result.effects.on;
+  return { shown, figures: { wall: e.wallS, cpu: e.cpuS, rss: e.maxrssBytes }, summary: result.summary };
+}
+
+const chunks = await measure('zlib-chunks.mjs', quick ? '500' : '20000');
+const itemCount = quick ? 2000 : 100000;
+const items = await measure('pool-items.mjs', String(itemCount));
+const med = (r, arm, id) => r.summary[arm][id].median;
+// CPU per item: the difference of the two arms' medians over the items (both threads' CPU)
+const perItemNs = ((med(items, 'on', 'cpuS') - med(items, 'off', 'cpuS')) / itemCount) * 1e9;
+const cell = (x) => `${x.ratio.toFixed(3)}× [${x.lower.toFixed(3)}, ${x.upper.toFixed(3)}]`;
+const row = (r) => `| \`${r.shown}\` | ${cell(r.figures.wall)} | ${cell(r.figures.cpu)} | ${cell(r.figures.rss)} | off ${formatSeconds(med(r, 'off', 'wallS'))} / on ${formatSeconds(med(r, 'on', 'wallS'))} |`;
+const lines = [
+  '| workload (profiling at 512 KiB), watch on against off | wall | CPU time | peak RSS | median wall |',
+  '|---|---:|---:|---:|---:|',
+  row(chunks),
+  row(items),
+  '',
+  `CPU per queued item (the medians' difference over ${itemCount} fs.stat, each queued from a completion): ${perItemNs.toFixed(0)} ns.`,
+];
+if (args.includes('--json')) console.log(JSON.stringify({ blocks, figures: chunks.figures, items: items.figures, perItemNs }, null, 2));
+else console.log(lines.join('\n'));
+if (write) {
+  const readme = join(root, 'bench', 'README.md');
+  const BEGIN = '<!-- pool-cost:begin -->';
+  const END = '<!-- pool-cost:end -->';
+  const block = [
+    BEGIN,
+    `Measured ${new Date().toISOString().slice(0, 10)} with \`node bench/pool-cost.mjs --write\`: ${blocks} paired blocks, order shuffled per block (seed ${seed}), effect = exp of the median per-block log ratio with its 95 % bootstrap interval; ${cpus()[0]?.model.trim() ?? 'unknown CPU'}, ${cpus().length} cores, Node ${process.version}.`,
+    '',
+    ...lines,
+    END,
+  ].join('\n');
+  const text = readFileSync(readme, 'utf8');
+  const b = text.indexOf(BEGIN);
+  const x = text.indexOf(END);
+  writeFileSync(readme, b >= 0 && x > b ? text.slice(0, b) + block + text.slice(x + END.length) : `${text}\n${block}\n`);
+  console.error(`bench/pool-cost: written to ${readme}`);
+}
