@@ -6,7 +6,7 @@
 // shuffled per block, bootstrap intervals (compare's machinery).
 //
 //   node bench/pool-cost.mjs [--quick] [--json] [--write] [--blocks=N]
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -31,18 +31,23 @@ function die(message) {
   process.exit(1);
 }
 
-const { arms, skipped } = resolveAllocators(parseAllocators('off=mimalloc-pprof-profiling,on=mimalloc-pprof-profiling'));
-arms.find((a) => a.label === 'off').env.MIMALLOC_PPROF_POOL = '0';
-arms.find((a) => a.label === 'on').env.MIMALLOC_PPROF_POOL = '1';
 const work = mkdtempSync(join(tmpdir(), 'mpp-bench-pool-'));
 process.on('exit', () => rmSync(work, { recursive: true, force: true }));
 
-async function measure(fixture, arg) {
+/** Arms of the preload library (profiling) that differ only by environment. */
+function armsOf(envs) {
+  const { arms, skipped } = resolveAllocators(parseAllocators(Object.keys(envs).map((k) => `${k}=mimalloc-pprof-profiling`).join(',')));
+  for (const a of arms) Object.assign(a.env, envs[a.label]);
+  return { arms, skipped };
+}
+
+async function measure(fixture, arg, envs) {
   const shown = `node bench/fixtures/${fixture} ${arg}`;
-  console.error(`bench/pool-cost: ${shown} × off, on; ${blocks} blocks`);
+  const { arms, skipped } = armsOf(envs);
+  console.error(`bench/pool-cost: ${shown} × ${arms.map((a) => a.label).join(', ')}; ${blocks} blocks`);
   const result = await runCompare({
     command: [process.execPath, join(root, 'bench', 'fixtures', fixture), arg],
-    allocators: 'off,on',
+    allocators: arms.map((a) => a.label).join(','),
     arms,
     skipped,
     baseline: 'off',
@@ -62,12 +67,24 @@ async function measure(fixture, arg) {
   return { shown, figures: { wall: e.wallS, cpu: e.cpuS, rss: e.maxrssBytes }, summary: result.summary };
 }
 
-const chunks = await measure('zlib-chunks.mjs', quick ? '500' : '20000');
+const chunks = await measure('zlib-chunks.mjs', quick ? '500' : '20000', { off: { MIMALLOC_PPROF_POOL: '0' }, on: { MIMALLOC_PPROF_POOL: '1' } });
+// The cost per item, split: the test-hooks build's arm without the capture
+// (MP_TEST_POOL_NO_CAPTURE) tracks and wraps every item but takes no stack.
+const hooks = join(root, 'build', 'test-hooks', 'libmimalloc-pprof.so');
+if (!existsSync(hooks)) die(`${hooks} is missing: make -C native test-hooks BUILD=../build/test-hooks (npm test builds it)`);
+process.env.MIMALLOC_PPROF_LIB = hooks;
 const itemCount = quick ? 2000 : 100000;
-const items = await measure('pool-items.mjs', String(itemCount));
+const items = await measure('pool-items.mjs', String(itemCount), {
+  off: { MIMALLOC_PPROF_POOL: '0' },
+  nocapture: { MIMALLOC_PPROF_POOL: '1', MP_TEST_POOL_NO_CAPTURE: '1' },
+  on: { MIMALLOC_PPROF_POOL: '1' },
+});
 const med = (r, arm, id) => r.summary[arm][id].median;
-// CPU per item: the difference of the two arms' medians over the items (both threads' CPU)
-const perItemNs = ((med(items, 'on', 'cpuS') - med(items, 'off', 'cpuS')) / itemCount) * 1e9;
+// user+sys CPU per item (both threads): the differences of the arms' medians over the items
+const perItem = (a, b) => ((med(items, a, 'cpuS') - med(items, b, 'cpuS')) / itemCount) * 1e9;
+const perItemNs = perItem('on', 'off');
+const captureNs = perItem('on', 'nocapture');
+const trackingNs = perItem('nocapture', 'off');
 const cell = (x) => `${x.ratio.toFixed(3)}× [${x.lower.toFixed(3)}, ${x.upper.toFixed(3)}]`;
 const row = (r) => `| \`${r.shown}\` | ${cell(r.figures.wall)} | ${cell(r.figures.cpu)} | ${cell(r.figures.rss)} | off ${formatSeconds(med(r, 'off', 'wallS'))} / on ${formatSeconds(med(r, 'on', 'wallS'))} |`;
 const lines = [
@@ -76,9 +93,9 @@ const lines = [
   row(chunks),
   row(items),
   '',
-  `CPU per queued item (the medians' difference over ${itemCount} fs.stat, each queued from a completion): ${perItemNs.toFixed(0)} ns.`,
+  `CPU per queued item (the arms' median differences over ${itemCount} fs.stat, each queued from a completion): ${perItemNs.toFixed(0)} ns in all, of which the stack capture ${captureNs.toFixed(0)} ns (against the test-hooks arm that tracks items without it) and the tracking ${trackingNs.toFixed(0)} ns.`,
 ];
-if (args.includes('--json')) console.log(JSON.stringify({ blocks, figures: chunks.figures, items: items.figures, perItemNs }, null, 2));
+if (args.includes('--json')) console.log(JSON.stringify({ blocks, figures: chunks.figures, items: items.figures, perItemNs, captureNs, trackingNs }, null, 2));
 else console.log(lines.join('\n'));
 if (write) {
   const readme = join(root, 'bench', 'README.md');

@@ -33,7 +33,6 @@ typedef enum mp_lock_level_e {
   MP_LEVEL_RECORDS,    /* record shards (table.c) */
   MP_LEVEL_BUCKETS,    /* bucket shards (table.c): taken under a record shard, never the reverse */
   MP_LEVEL_CALLBACKS,  /* the memory-events callback table's writers (events.c), taken alone */
-  MP_LEVEL_POOL,       /* the thread-pool work table (pool.c), taken alone */
 } mp_lock_level_t;
 
 #endif

@@ -421,9 +421,6 @@ extern int (*mp_libc_mutex_unlock)(pthread_mutex_t* mutex);
  * such work (pool_origin): the marker frame and that work's queuing stack appended after
  * `depth` frames, within `max`. */
 unsigned mp_pool_append(uintptr_t* frames, unsigned depth, unsigned max);
-void mp_pool_fork_prepare(void);
-void mp_pool_fork_parent(void);
-void mp_pool_fork_child(void);
 
 /* ---- process.c: fork handlers ---- */
 void mp_fork_install(void);

@@ -27,9 +27,8 @@
  * Invariants: an entry is in the table from its wrapping until its done trampoline runs, so
  * the work trampoline always finds it; an entry's frames are written once, before its state
  * says READY, and never after. Items the table cannot take (full) and libuv's own static
- * messages (exit, slow I/O), which live in the executable beside the queue's head, are left
- * alone. Slow I/O (getaddrinfo) waits on a second queue under the same mutex, learned by a
- * second probe. */
+ * messages (exit, slow I/O), which live beside the queue's head, are left alone. Slow I/O
+ * (getaddrinfo) waits on a second queue under the same mutex, learned by a second probe. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -78,19 +77,30 @@ typedef struct pool_work_s {
 
 #define POOL_FRAMES 96u
 #define POOL_ENTRIES 8192u
-#define POOL_BUCKETS 2048u
+#define POOL_SLOTS 16384u /* twice the entries: linear probes stay short */
 
 enum { FILLING = 0, READY = 1, ABANDONED = 2 };
 
 typedef struct mp_pool_entry_s {
-  pool_work_t* w;
   void (*work)(pool_work_t* w);
   void (*done)(pool_work_t* w, int status);
-  struct mp_pool_entry_s* next; /* hash chain, or the free list; under pool_lock */
+  uint32_t next_free;           /* on the free stack: the next entry's index + 1 */
   atomic_uint state;
   unsigned depth;               /* valid once READY */
   uintptr_t frames[POOL_FRAMES];
 } mp_pool_entry_t;
+
+/* The table of work in flight, without a lock: slots keyed by the item's address, found by
+ * linear probing. Only the thread that holds the pool's mutex inserts (so inserts never
+ * race), into the first empty or vacated slot from the key's hash; a completion vacates its
+ * item's slot. A slot never becomes empty again, so a search for a key in the table meets
+ * the key before any empty slot. */
+#define SLOT_EMPTY ((uintptr_t)0)
+#define SLOT_VACATED ((uintptr_t)1)
+typedef struct pool_slot_s {
+  _Atomic(uintptr_t) key;
+  uint32_t entry;
+} pool_slot_t;
 
 void* volatile mp_pool_mutex;
 volatile bool mp_pool_probing;
@@ -99,11 +109,13 @@ static pool_queue_t* slow_head;     /* its queue of slow I/O (getaddrinfo), lear
 static pool_queue_t* probe_node;    /* the probe item's queue node, during the probe */
 static pool_queue_t* last_refused;  /* the last tail the table could not take */
 
-static mp_lock_t pool_lock = MP_LOCK_INIT(MP_LEVEL_POOL);
-static mp_pool_entry_t** buckets;   /* POOL_BUCKETS chains, then the entries */
+static pool_slot_t* slots;
 static mp_pool_entry_t* entries;
-static unsigned used;               /* entries ever handed out (the rest never touched) */
-static mp_pool_entry_t* free_list;
+/* Free entries: a stack of indexes + 1 (0: empty). Any thread pushes (a completion, a poster
+ * that finished late); only the holder of the pool's mutex pops, so a pop cannot meet the
+ * ABA of another pop. Entries never handed out stay untouched (`used`). */
+static _Atomic(uint32_t) free_top;
+static unsigned used;
 static atomic_ullong refused;
 
 /* Never called: its address is the marker frame between a sample's own frames and the
@@ -111,97 +123,86 @@ static atomic_ullong refused;
 mp_noinline void mimalloc_pprof_queued_by(void) { __asm__ volatile("nop\n\tnop\n\tnop\n\tnop"); }
 #define MARKER_PC ((uintptr_t)&mimalloc_pprof_queued_by + 2)
 
-/* pool_lock is taken inside the profiler, as every lock of the library is (debug.h): an
- * allocation or signal on this thread meanwhile is the profiler's own. */
-static bool lock_table(void) {
-  bool guard = mp_tls.in_profiler;
-  mp_tls.in_profiler = true;
-  mp_lock(&pool_lock);
-  return guard;
-}
-
-static void unlock_table(bool guard) {
-  mp_unlock(&pool_lock);
-  mp_profiler_leave(&mp_tls, guard);
-}
-
-static unsigned bucket_of(const pool_work_t* w) {
-  return (unsigned)(((uintptr_t)w >> 4) * 0x9E3779B97F4A7C15ull >> 53) & (POOL_BUCKETS - 1);
+static unsigned slot_of(const pool_work_t* w) {
+  return (unsigned)(((uintptr_t)w >> 4) * 0x9E3779B97F4A7C15ull >> 50) & (POOL_SLOTS - 1);
 }
 
 static bool table_init(void) {
-  if (buckets != NULL) return true;
-  size_t bytes = POOL_BUCKETS * sizeof(mp_pool_entry_t*) + POOL_ENTRIES * sizeof(mp_pool_entry_t);
+  if (slots != NULL) return true;
+  size_t bytes = POOL_SLOTS * sizeof(pool_slot_t) + POOL_ENTRIES * sizeof(mp_pool_entry_t);
   void* m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (m == MAP_FAILED) return false;
-  entries = (mp_pool_entry_t*)((char*)m + POOL_BUCKETS * sizeof(mp_pool_entry_t*));
-  buckets = (mp_pool_entry_t**)m;
+  entries = (mp_pool_entry_t*)((char*)m + POOL_SLOTS * sizeof(pool_slot_t));
+  slots = (pool_slot_t*)m;
   return true;
 }
 
-/* Under pool_lock. Freed entries first (LIFO keeps the touched pages few). */
+/* Under the pool's mutex. Freed entries first (LIFO keeps the touched pages few). */
 static mp_pool_entry_t* entry_new(void) {
-  mp_pool_entry_t* e = free_list;
-  if (e != NULL) free_list = e->next;
-  else if (used < POOL_ENTRIES) e = &entries[used++];
-  return e;
+  uint32_t top = atomic_load_explicit(&free_top, memory_order_acquire);
+  while (top != 0) {
+    uint32_t next = entries[top - 1].next_free;
+    if (atomic_compare_exchange_weak_explicit(&free_top, &top, next, memory_order_acquire, memory_order_acquire))
+      return &entries[top - 1];
+  }
+  return used < POOL_ENTRIES ? &entries[used++] : NULL;
 }
 
 static void entry_free(mp_pool_entry_t* e) {
-  bool guard = lock_table();
-  e->next = free_list;
-  free_list = e;
-  unlock_table(guard);
+  uint32_t index = (uint32_t)(e - entries) + 1;
+  uint32_t top = atomic_load_explicit(&free_top, memory_order_relaxed);
+  do e->next_free = top;
+  while (!atomic_compare_exchange_weak_explicit(&free_top, &top, index, memory_order_release, memory_order_relaxed));
 }
 
-static mp_pool_entry_t* lookup(const pool_work_t* w, bool remove) {
-  bool guard = lock_table();
-  mp_pool_entry_t** at = &buckets[bucket_of(w)];
-  while (*at != NULL && (*at)->w != w) at = &(*at)->next;
-  mp_pool_entry_t* e = *at;
-  if (e != NULL && remove) *at = e->next;
-  unlock_table(guard);
-  return e;
+/* The slot of an item in the table (the invariants say it is there). */
+static pool_slot_t* slot_find(const pool_work_t* w) {
+  unsigned i = slot_of(w);
+  for (unsigned n = 0; n < POOL_SLOTS; n++, i = (i + 1) & (POOL_SLOTS - 1))
+    if (atomic_load_explicit(&slots[i].key, memory_order_acquire) == (uintptr_t)w) return &slots[i];
+  return NULL;
+}
+
+/* Under the pool's mutex. */
+static void slot_insert(const pool_work_t* w, const mp_pool_entry_t* e) {
+  unsigned i = slot_of(w);
+  for (;; i = (i + 1) & (POOL_SLOTS - 1)) {
+    uintptr_t k = atomic_load_explicit(&slots[i].key, memory_order_acquire);
+    if (k == SLOT_EMPTY || k == SLOT_VACATED) break;
+  }
+  slots[i].entry = (uint32_t)(e - entries);
+  atomic_store_explicit(&slots[i].key, (uintptr_t)w, memory_order_release);
 }
 
 static void work_trampoline(pool_work_t* w);
 static void done_trampoline(pool_work_t* w, int status);
 
-/* Whether a queue node lies in a loaded object's image (libuv's static messages do; work
- * items live in requests on the heap). */
+/* Whether a queue node is one of libuv's static messages (exit, "run slow work"): they are
+ * defined next to the queue's head, in the same object file, and are not work items. Any
+ * other node is a `struct uv__work`, on the heap or in some image (an addon's static request,
+ * the probes). */
 static bool is_static(const void* node) {
-  if ((uintptr_t)node - ((uintptr_t)pool_head - 65536) < 2 * 65536) return true;
-#if MP_UNWIND_CFI
-  struct dl_find_object info;
-  if (_dl_find_object((void*)node, &info) == 0) return true;
-#endif
-  return false;
+  return (uintptr_t)node - ((uintptr_t)pool_head - 65536) < 2 * 65536;
 }
 
-/* Under the pool's mutex: the item at a queue's tail gets an entry and the trampolines. */
+/* Under the pool's mutex: the item at a queue's tail gets an entry and the trampolines. At
+ * most one item in flight is counted per queue tail the table could not take. */
 static mp_pool_entry_t* wrap_tail(pool_queue_t* head) {
   pool_queue_t* q = head->prev;
   if (q == head || q == last_refused || is_static(q)) return NULL;
   pool_work_t* w = (pool_work_t*)((char*)q - offsetof(pool_work_t, wq));
   if (w->work == work_trampoline || w->work == NULL) return NULL;
-  bool guard = lock_table();
   mp_pool_entry_t* e = entry_new();
-  if (e != NULL) {
-    e->w = w;
-    e->work = w->work;
-    e->done = w->done;
-    e->depth = 0;
-    atomic_store_explicit(&e->state, FILLING, memory_order_relaxed);
-    unsigned b = bucket_of(w);
-    e->next = buckets[b];
-    buckets[b] = e;
-  }
-  unlock_table(guard);
   if (e == NULL) {
     last_refused = q;
     atomic_fetch_add_explicit(&refused, 1, memory_order_relaxed);
     return NULL;
   }
+  e->work = w->work;
+  e->done = w->done;
+  e->depth = 0;
+  atomic_store_explicit(&e->state, FILLING, memory_order_relaxed);
+  slot_insert(w, e);
   w->work = work_trampoline;
   w->done = done_trampoline;
   return e;
@@ -246,6 +247,16 @@ unsigned mp_pool_append(uintptr_t* frames, unsigned depth, unsigned max) {
   return join(frames, depth, max, e->frames, e->depth);
 }
 
+#ifdef MP_TEST_HOOKS
+/* The benchmark's arm without the capture (bench/pool-cost.mjs): items are wrapped and
+ * tracked, their stacks not taken. */
+static bool skip_capture(void) {
+  static int skip = -1;
+  if (skip < 0) skip = mp_test_hook("MP_TEST_POOL_NO_CAPTURE") ? 1 : 0;
+  return skip == 1;
+}
+#endif
+
 /* The poster's stack into its entry, after the pool's mutex is released. Inside a wrapped
  * completion the stack is cut at its trampoline and the completed item's stack follows; a
  * completion that queues the same work again (a read loop) keeps the stack it had, so that
@@ -254,8 +265,11 @@ static void fill(mp_pool_entry_t* e, mp_thread_t* t, const caller_t* c) {
   int saved = errno;
   const mp_pool_entry_t* origin = t->pool_origin;
   unsigned max = mp_state.bt_max < POOL_FRAMES ? mp_state.bt_max : POOL_FRAMES;
-  unsigned n = mp_sample_capture(e->frames, max, c, origin != NULL ? t->pool_origin_sp : 0);
-  if (origin != NULL && ready(origin)) {
+#ifdef MP_TEST_HOOKS
+  if (skip_capture()) max = 0;
+#endif
+  unsigned n = max == 0 ? 0 : mp_sample_capture(e->frames, max, c, origin != NULL ? t->pool_origin_sp : 0);
+  if (origin != NULL && max > 0 && ready(origin)) {
     bool again = origin->depth > n && origin->frames[n] == MARKER_PC &&
                  memcmp(origin->frames, e->frames, n * sizeof(uintptr_t)) == 0;
     if (again) {
@@ -306,8 +320,9 @@ mp_noinline int mp_pool_unlock_slow(void* mutex) {
 }
 
 static void work_trampoline(pool_work_t* w) {
-  mp_pool_entry_t* e = lookup(w, false);
-  mp_assert(e != NULL && e->work != NULL);
+  pool_slot_t* slot = slot_find(w);
+  mp_assert(slot != NULL);
+  mp_pool_entry_t* e = &entries[slot->entry];
   mp_thread_t* t = &mp_tls;
   t->pool_worker = true;
   mp_pool_entry_t* outer = t->queued_by;
@@ -317,8 +332,10 @@ static void work_trampoline(pool_work_t* w) {
 }
 
 static void done_trampoline(pool_work_t* w, int status) {
-  mp_pool_entry_t* e = lookup(w, true);
-  mp_assert(e != NULL && e->done != NULL);
+  pool_slot_t* slot = slot_find(w);
+  mp_assert(slot != NULL);
+  mp_pool_entry_t* e = &entries[slot->entry];
+  atomic_store_explicit(&slot->key, SLOT_VACATED, memory_order_release); /* w may be queued again inside done */
   mp_thread_t* t = &mp_tls;
   mp_pool_entry_t* outer = t->pool_origin;
   uintptr_t outer_sp = t->pool_origin_sp;
@@ -348,10 +365,7 @@ bool mi_prof_pool_probe_begin(void* queue_node, size_t queue_offset) {
   if (queue_node == NULL || queue_offset != offsetof(pool_work_t, wq) || !pool_wanted()) return false;
   unsigned k = atomic_fetch_add(&probes, 1);
   if (k > 1 || (k == 1 && mp_pool_mutex == NULL)) return false;
-  bool guard = lock_table();
-  bool ok = table_init();
-  unlock_table(guard);
-  if (!ok) return false;
+  if (!table_init()) return false;
   pool_queue_t* node = (pool_queue_t*)queue_node;
   node->next = node->prev = node;
   probe_node = node;
@@ -373,6 +387,3 @@ uint64_t mi_prof_pool_refused(void) {
   return atomic_load_explicit(&refused, memory_order_relaxed);
 }
 
-void mp_pool_fork_prepare(void) { mp_lock(&pool_lock); }
-void mp_pool_fork_parent(void) { mp_unlock(&pool_lock); }
-void mp_pool_fork_child(void) { mp_lock_reset(&pool_lock); }

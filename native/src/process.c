@@ -31,14 +31,12 @@ static void fork_prepare(void) {
   mp_threads_lock();
   mp_table_lock_all();
   mp_events_fork_prepare();
-  mp_pool_fork_prepare();
   /* from here to the parent handler nothing waits: a fatal signal waits for it (signals.c) */
   fork_in_sample = mp_tls.in_sample;
   mp_tls.in_sample = true;
 }
 
 static void fork_parent(void) {
-  mp_pool_fork_parent();
   mp_events_fork_parent();
   mp_table_unlock_all();
   mp_threads_unlock();
@@ -50,7 +48,6 @@ static void fork_parent(void) {
 }
 
 static void fork_child(void) {
-  mp_pool_fork_child();
   mp_events_fork_child();
   mp_table_child_reinit();
   mp_threads_child_reinit();

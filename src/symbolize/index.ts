@@ -161,8 +161,35 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
     profile.location = profile.location.filter((l) => !trimmed.has(num(l.id)));
   }
 
+  cutMicrotaskOrigins(profile, nameOfLocation);
   labelThreads(profile, nameOfLocation, options.pid);
   return { profile, counts };
+}
+
+/** V8 running promise reactions (microtasks): see cutMicrotaskOrigins. */
+const MICROTASKS = /^(Builtins_RunMicrotasks|Builtins_JSRunMicrotasksEntry|v8::internal::MicrotaskQueue::(RunMicrotasks|PerformCheckpoint))\b/;
+
+/**
+ * The completion of pool work runs its callback and then the microtask checkpoint, both
+ * inside the completion's trampoline (native/src/pool.c), so a promise continuation that
+ * merely resumed there (an `await` that the completion settled) would be charged to the code
+ * that queued the work. Its async context is its own function's, not the completion's: where
+ * a part of a stack between two "[queued by]" frames ran promise reactions, the queuing stack
+ * after it is not its cause, and the stack ends there.
+ */
+function cutMicrotaskOrigins(profile: Profile, nameOfLocation: Map<number, string[]>): void {
+  for (const s of profile.sample) {
+    let ranMicrotasks = false;
+    for (let i = 0; i < s.locationId.length; i++) {
+      const names = nameOfLocation.get(num(s.locationId[i]!)) ?? [];
+      if (names.includes(QUEUED_BY)) {
+        if (ranMicrotasks) {
+          s.locationId = s.locationId.slice(0, i);
+          break;
+        }
+      } else if (names.some((n) => MICROTASKS.test(n))) ranMicrotasks = true;
+    }
+  }
 }
 
 /** Replaces each sample's `thread` label by the kind of thread its tid is (see threads.ts). */

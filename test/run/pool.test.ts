@@ -122,6 +122,10 @@ describe('crypto, fs and dns work from named functions, profiled in-process (all
     ] as const;
     for (const [what, r] of checks) t.diagnostic(`${what}: ${mib(r.total)} allocated in ${r.samples} samples, ${(r.share * 100).toFixed(1)} % under its function`);
     for (const [what, r] of checks.slice(0, 3)) assert.ok(r.total > 0 && r.share >= 0.8, `${what}: ${(r.share * 100).toFixed(1)} % of ${mib(r.total)}`);
+    // loadBigFile runs after `await`ing hashPasswords, resumed inside a pbkdf2 completion's
+    // microtask checkpoint: the file is not charged to hashPasswords (the symbolizer's cut)
+    const wrongly = share(samples, fileBuffer, 'hashPasswords', (s) => s.alloc);
+    assert.equal(wrongly.under, 0, `readFile's buffer under hashPasswords: ${mib(wrongly.under)}`);
     const fsPool = checks[3][1];
     assert.ok(fsPool.total === 0 || fsPool.share >= 0.8, `fs on the pool: ${(fsPool.share * 100).toFixed(1)} %`);
 
