@@ -1,11 +1,15 @@
 #!/usr/bin/env node
-// The thread-pool watch's cost (native/src/pool.c, docs/thread-pool.md), profiling at the
-// default interval with the watch on and off (MIMALLOC_PPROF_POOL=0): async deflate of many
-// small chunks (bench/fixtures/zlib-chunks.mjs, one pool item per chunk), and many cheap items
-// (bench/fixtures/pool-items.mjs, fs.stat) for the CPU per queued item. Paired blocks, order
-// shuffled per block, bootstrap intervals (compare's machinery).
+// The cost of the Node features on top of native profiling at the default interval, each
+// against the same runs without it. Paired blocks, order shuffled per block, bootstrap
+// intervals (compare's machinery):
+//  - the thread-pool watch (native/src/pool.c, docs/thread-pool.md; MIMALLOC_PPROF_POOL=0 off):
+//    async deflate of many small chunks (bench/fixtures/zlib-chunks.mjs, one pool item per
+//    chunk), and many cheap items (bench/fixtures/pool-items.mjs, fs.stat) for the CPU per
+//    queued item;
+//  - the JavaScript heap beside the native one (V8's sampling heap profiler, as run and
+//    pprofHandler start it): node-mix's workload (bench/fixtures/js-heap-mix.mjs).
 //
-//   node bench/pool-cost.mjs [--quick] [--json] [--write] [--blocks=N]
+//   node bench/node-features.mjs [--quick] [--json] [--write] [--blocks=N]
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -19,7 +23,7 @@ const { formatSeconds, formatBytes } = await import(join(dist, 'report.js'));
 const { baseEnvironment } = await import(join(dist, 'runner.js'));
 
 const args = process.argv.slice(2);
-for (const a of args) if (!/^--(quick|json|write|blocks=\d+)$/.test(a)) die(`unknown argument ${a} (see the head of bench/pool-cost.mjs)`);
+for (const a of args) if (!/^--(quick|json|write|blocks=\d+)$/.test(a)) die(`unknown argument ${a} (see the head of bench/node-features.mjs)`);
 const quick = args.includes('--quick');
 const write = args.includes('--write');
 if (write && quick) die('--write records full runs only; drop --quick');
@@ -27,11 +31,11 @@ const blocks = Number(args.find((a) => a.startsWith('--blocks='))?.slice(9) ?? (
 const seed = 20261202;
 
 function die(message) {
-  console.error(`bench/pool-cost: ${message}`);
+  console.error(`bench/node-features: ${message}`);
   process.exit(1);
 }
 
-const work = mkdtempSync(join(tmpdir(), 'mpp-bench-pool-'));
+const work = mkdtempSync(join(tmpdir(), 'mpp-bench-features-'));
 process.on('exit', () => rmSync(work, { recursive: true, force: true }));
 
 /** Arms of the preload library (profiling) that differ only by environment. */
@@ -44,7 +48,7 @@ function armsOf(envs) {
 async function measure(fixture, arg, envs) {
   const shown = `node bench/fixtures/${fixture} ${arg}`;
   const { arms, skipped } = armsOf(envs);
-  console.error(`bench/pool-cost: ${shown} × ${arms.map((a) => a.label).join(', ')}; ${blocks} blocks`);
+  console.error(`bench/node-features: ${shown} × ${arms.map((a) => a.label).join(', ')}; ${blocks} blocks`);
   const result = await runCompare({
     command: [process.execPath, join(root, 'bench', 'fixtures', fixture), arg],
     allocators: arms.map((a) => a.label).join(','),
@@ -79,6 +83,9 @@ const items = await measure('pool-items.mjs', String(itemCount), {
   nocapture: { MIMALLOC_PPROF_POOL: '1', MP_TEST_POOL_NO_CAPTURE: '1' },
   on: { MIMALLOC_PPROF_POOL: '1' },
 });
+// the JavaScript heap sampler: measured with the production library again
+delete process.env.MIMALLOC_PPROF_LIB;
+const jsHeap = await measure('js-heap-mix.mjs', quick ? '1' : '15', { off: { JS_HEAP: '0' }, on: { JS_HEAP: '1' } });
 const med = (r, arm, id) => r.summary[arm][id].median;
 // user+sys CPU per item (both threads): the differences of the arms' medians over the items
 const perItem = (a, b) => ((med(items, a, 'cpuS') - med(items, b, 'cpuS')) / itemCount) * 1e9;
@@ -86,24 +93,25 @@ const perItemNs = perItem('on', 'off');
 const captureNs = perItem('on', 'nocapture');
 const trackingNs = perItem('nocapture', 'off');
 const cell = (x) => `${x.ratio.toFixed(3)}× [${x.lower.toFixed(3)}, ${x.upper.toFixed(3)}]`;
-const row = (r) => `| \`${r.shown}\` | ${cell(r.figures.wall)} | ${cell(r.figures.cpu)} | ${cell(r.figures.rss)} | off ${formatSeconds(med(r, 'off', 'wallS'))} / on ${formatSeconds(med(r, 'on', 'wallS'))} |`;
+const row = (what, r) => `| ${what} | \`${r.shown}\` | ${cell(r.figures.wall)} | ${cell(r.figures.cpu)} | ${cell(r.figures.rss)} | off ${formatSeconds(med(r, 'off', 'wallS'))} / on ${formatSeconds(med(r, 'on', 'wallS'))} |`;
 const lines = [
-  '| workload (profiling at 512 KiB), watch on against off | wall | CPU time | peak RSS | median wall |',
-  '|---|---:|---:|---:|---:|',
-  row(chunks),
-  row(items),
+  '| feature, on against off (profiling at 512 KiB) | workload | wall | CPU time | peak RSS | median wall |',
+  '|---|---|---:|---:|---:|---:|',
+  row('thread-pool watch', chunks),
+  row('thread-pool watch', items),
+  row('JavaScript heap sampling', jsHeap),
   '',
   `CPU per queued item (the arms' median differences over ${itemCount} fs.stat, each queued from a completion): ${perItemNs.toFixed(0)} ns in all, of which the stack capture ${captureNs.toFixed(0)} ns (against the test-hooks arm that tracks items without it) and the tracking ${trackingNs.toFixed(0)} ns.`,
 ];
-if (args.includes('--json')) console.log(JSON.stringify({ blocks, figures: chunks.figures, items: items.figures, perItemNs, captureNs, trackingNs }, null, 2));
+if (args.includes('--json')) console.log(JSON.stringify({ blocks, figures: chunks.figures, items: items.figures, jsHeap: jsHeap.figures, perItemNs, captureNs, trackingNs }, null, 2));
 else console.log(lines.join('\n'));
 if (write) {
   const readme = join(root, 'bench', 'README.md');
-  const BEGIN = '<!-- pool-cost:begin -->';
-  const END = '<!-- pool-cost:end -->';
+  const BEGIN = '<!-- node-features:begin -->';
+  const END = '<!-- node-features:end -->';
   const block = [
     BEGIN,
-    `Measured ${new Date().toISOString().slice(0, 10)} with \`node bench/pool-cost.mjs --write\`: ${blocks} paired blocks, order shuffled per block (seed ${seed}), effect = exp of the median per-block log ratio with its 95 % bootstrap interval; ${cpus()[0]?.model.trim() ?? 'unknown CPU'}, ${cpus().length} cores, Node ${process.version}.`,
+    `Measured ${new Date().toISOString().slice(0, 10)} with \`node bench/node-features.mjs --write\`: ${blocks} paired blocks, order shuffled per block (seed ${seed}), effect = exp of the median per-block log ratio with its 95 % bootstrap interval; ${cpus()[0]?.model.trim() ?? 'unknown CPU'}, ${cpus().length} cores, Node ${process.version}.`,
     '',
     ...lines,
     END,
@@ -112,5 +120,5 @@ if (write) {
   const b = text.indexOf(BEGIN);
   const x = text.indexOf(END);
   writeFileSync(readme, b >= 0 && x > b ? text.slice(0, b) + block + text.slice(x + END.length) : `${text}\n${block}\n`);
-  console.error(`bench/pool-cost: written to ${readme}`);
+  console.error(`bench/node-features: written to ${readme}`);
 }
