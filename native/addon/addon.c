@@ -53,9 +53,11 @@ static void resolve(void) {
   }
 }
 
-/* libuv's thread pool is learned from two requests queued here (see mi_prof_pool_probe_begin):
- * once per process, from the first thread that loads the module. They live in this module's
- * image, which the library never wraps, and do next to nothing. */
+/* libuv's thread pool is learned from two requests queued here (see mi_prof_pool_probe_begin),
+ * once per process, on the main thread's loop: a worker_threads thread may end while a request
+ * of its loop is still queued, which Node treats as a fatal error. The library learns what it
+ * needs while the request is being queued, so each is cancelled at once: its completion then
+ * runs on the next turn of the loop instead of waiting behind the pool's work. */
 static uv_work_t pool_probe;
 static uv_getaddrinfo_t slow_probe;
 static void pool_probe_work(uv_work_t* req) { (void)req; }
@@ -72,16 +74,17 @@ static void slow_probe_after(uv_getaddrinfo_t* req, int status, struct addrinfo*
 static void probe_pool(napi_env env) {
   uv_loop_t* loop = NULL;
   if (!api_ok || api.pool_probe_begin == NULL) return;
-  if (napi_get_uv_event_loop(env, &loop) != napi_ok || loop == NULL) return;
+  if (napi_get_uv_event_loop(env, &loop) != napi_ok || loop == NULL || loop != uv_default_loop()) return;
   if (!api.pool_probe_begin(&pool_probe.work_req.wq, offsetof(struct uv__work, wq))) return;
   int rc = uv_queue_work(loop, &pool_probe, pool_probe_work, pool_probe_after);
+  if (rc == 0) uv_cancel((uv_req_t*)&pool_probe);
   if (!api.pool_probe_end() || rc != 0) return;
   if (!api.pool_probe_begin(&slow_probe.work_req.wq, offsetof(struct uv__work, wq))) return;
   struct addrinfo hints;
   memset(&hints, 0, sizeof(hints));
   hints.ai_flags = AI_NUMERICHOST;
   hints.ai_family = AF_INET;
-  uv_getaddrinfo(loop, &slow_probe, slow_probe_after, "127.0.0.1", NULL, &hints);
+  if (uv_getaddrinfo(loop, &slow_probe, slow_probe_after, "127.0.0.1", NULL, &hints) == 0) uv_cancel((uv_req_t*)&slow_probe);
   api.pool_probe_end();
 }
 

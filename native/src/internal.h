@@ -412,8 +412,11 @@ extern bool mp_interposing;    /* malloc resolves to this library (false when dl
 /* ---- pool.c: libuv thread-pool work charged to the stack that queued it ---- */
 /* The pool's mutex once learned (NULL before), and whether a probe runs: the interposed
  * pthread_mutex_unlock takes the slow path for that mutex, or for every mutex while probing. */
-extern void* volatile mp_pool_mutex;
-extern volatile bool mp_pool_probing;
+typedef struct mp_pool_watch_s {
+  void* volatile mutex;
+  volatile bool probing;
+} __attribute__((aligned(64))) mp_pool_watch_t; /* alone on its cache line: every unlock reads it */
+extern mp_pool_watch_t mp_pool;
 int mp_pool_unlock_slow(void* mutex);
 /* glibc's pthread_mutex_unlock (looked up on first use). */
 extern int (*mp_libc_mutex_unlock)(pthread_mutex_t* mutex);

@@ -353,6 +353,6 @@ DELETE_FORM(_ZdaPvSt11align_val_tRKSt9nothrow_t, __attribute__((unused)) size_t 
 /* One or two compares in front of glibc's: the slow path only for the pool's mutex (when
  * learned) or while a probe runs. */
 EXPORT int pthread_mutex_unlock(pthread_mutex_t* mutex) {
-  if (mp_unlikely((void*)mutex == mp_pool_mutex || mp_pool_probing)) return mp_pool_unlock_slow(mutex);
+  if (mp_unlikely((void*)mutex == mp_pool.mutex || mp_pool.probing)) return mp_pool_unlock_slow(mutex);
   return mp_libc_mutex_unlock(mutex);
 }

@@ -31,6 +31,7 @@
  * (getaddrinfo) waits on a second queue under the same mutex, learned by a second probe. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -40,9 +41,17 @@
 
 #include "internal.h"
 
-/* glibc's pthread_mutex_unlock, found on first use: mimalloc (3.x) unlocks its own mutexes
- * during its initialisation, before this library's constructors run. The lookup neither
- * allocates nor locks anything but the loader's recursive lock. */
+/* glibc's pthread_mutex_unlock, bound at load: mimalloc (3.x) unlocks its own mutexes during
+ * its initialisation, before this library's constructors run, so the pointer must be valid
+ * from the start and no lookup may run inside that first unlock (dlsym allocates on glibc
+ * before 2.34). glibc exports the same function as __pthread_mutex_unlock at its base
+ * version; a versioned reference reaches it without reaching this library's own
+ * pthread_mutex_unlock. Elsewhere the lookup happens on first use. */
+#if defined(__x86_64__) && defined(__GLIBC__)
+extern int mp_glibc_mutex_unlock(pthread_mutex_t* mutex);
+__asm__(".symver mp_glibc_mutex_unlock, __pthread_mutex_unlock@GLIBC_2.2.5");
+int (*mp_libc_mutex_unlock)(pthread_mutex_t* mutex) = mp_glibc_mutex_unlock;
+#else
 static int unlock_first(pthread_mutex_t* mutex);
 int (*mp_libc_mutex_unlock)(pthread_mutex_t* mutex) = unlock_first;
 
@@ -55,13 +64,7 @@ static int unlock_first(pthread_mutex_t* mutex) {
   __atomic_store_n(&mp_libc_mutex_unlock, f, __ATOMIC_RELAXED);
   return f(mutex);
 }
-
-__attribute__((constructor(101))) static void resolve_unlock(void) {
-  if (mp_libc_mutex_unlock == unlock_first) {
-    void* f = dlsym(RTLD_NEXT, "pthread_mutex_unlock");
-    if (f != NULL) __atomic_store_n(&mp_libc_mutex_unlock, (int (*)(pthread_mutex_t*))f, __ATOMIC_RELAXED);
-  }
-}
+#endif
 
 typedef struct pool_queue_s {
   struct pool_queue_s* next;
@@ -102,12 +105,15 @@ typedef struct pool_slot_s {
   uint32_t entry;
 } pool_slot_t;
 
-void* volatile mp_pool_mutex;
-volatile bool mp_pool_probing;
+mp_pool_watch_t mp_pool;
 static pool_queue_t* pool_head;     /* libuv's queue head, learned with the mutex */
 static pool_queue_t* slow_head;     /* its queue of slow I/O (getaddrinfo), learned next */
 static pool_queue_t* probe_node;    /* the probe item's queue node, during the probe */
-static pool_queue_t* last_refused;  /* the last tail the table could not take */
+/* Per queue, the last tail left unwrapped (posted while the profiler was stopped, by the
+ * profiler itself, or when the table was full): a later unlock by another thread must not
+ * wrap it under that thread's stack. Every post ends with its poster's own unlock, the first
+ * to see the new tail, so one memo per queue suffices. */
+static pool_queue_t* left_alone[2];
 
 static pool_slot_t* slots;
 static mp_pool_entry_t* entries;
@@ -187,14 +193,14 @@ static bool is_static(const void* node) {
 
 /* Under the pool's mutex: the item at a queue's tail gets an entry and the trampolines. At
  * most one item in flight is counted per queue tail the table could not take. */
-static mp_pool_entry_t* wrap_tail(pool_queue_t* head) {
+static mp_pool_entry_t* wrap_tail(pool_queue_t* head, unsigned queue) {
   pool_queue_t* q = head->prev;
-  if (q == head || q == last_refused || is_static(q)) return NULL;
+  if (q == head || q == left_alone[queue] || is_static(q)) return NULL;
   pool_work_t* w = (pool_work_t*)((char*)q - offsetof(pool_work_t, wq));
   if (w->work == work_trampoline || w->work == NULL) return NULL;
   mp_pool_entry_t* e = entry_new();
   if (e == NULL) {
-    last_refused = q;
+    left_alone[queue] = q;
     atomic_fetch_add_explicit(&refused, 1, memory_order_relaxed);
     return NULL;
   }
@@ -247,37 +253,82 @@ unsigned mp_pool_append(uintptr_t* frames, unsigned depth, unsigned max) {
   return join(frames, depth, max, e->frames, e->depth);
 }
 
-#ifdef MP_TEST_HOOKS
-/* The benchmark's arm without the capture (bench/pool-cost.mjs): items are wrapped and
- * tracked, their stacks not taken. */
-static bool skip_capture(void) {
-  static int skip = -1;
-  if (skip < 0) skip = mp_test_hook("MP_TEST_POOL_NO_CAPTURE") ? 1 : 0;
-  return skip == 1;
+
+/* The executable's text (Node's C++ and V8's builtins; JIT code lies outside it), learned
+ * with the pool: the frames by which two stacks are the same path whatever tier the
+ * JavaScript between them runs in. */
+static uintptr_t exe_lo, exe_hi;
+
+static int find_exe(struct dl_phdr_info* info, size_t size, void* arg) {
+  (void)size;
+  (void)arg;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr)* ph = &info->dlpi_phdr[i];
+    if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X) != 0) {
+      exe_lo = info->dlpi_addr + ph->p_vaddr;
+      exe_hi = exe_lo + ph->p_memsz;
+      return 1;
+    }
+  }
+  return 1; /* the first object is the executable */
 }
+
+static bool in_exe(uintptr_t pc) { return pc - exe_lo < exe_hi - exe_lo; }
+
+/* Whether two parts of stacks take the same native path (their frames in the executable, in
+ * order, are the same). */
+static bool same_path(const uintptr_t* a, unsigned na, const uintptr_t* b, unsigned nb) {
+  unsigned i = 0, j = 0;
+  for (;;) {
+    while (i < na && !in_exe(a[i])) i++;
+    while (j < nb && !in_exe(b[j])) j++;
+    if (i == na || j == nb) return i == na && j == nb;
+    if (a[i++] != b[j++]) return false;
+  }
+}
+
+/* Where, in an origin's frames, the part after the first of its parts (before its root, the
+ * last) that takes `own`'s native path begins; 0 when none does. Work that a completion queues
+ * again and again (a read loop, a stream's next chunk, from one path or alternating between
+ * a few) then keeps one part per path instead of growing a part per hop. */
+static unsigned after_same_path(const uintptr_t* own, unsigned n, const mp_pool_entry_t* origin) {
+  unsigned start = 0;
+  for (unsigned i = 0; i < origin->depth; i++) {
+    if (origin->frames[i] != MARKER_PC) continue;
+    if (same_path(own, n, origin->frames + start, i - start)) return i + 1;
+    start = i + 1;
+  }
+  return 0; /* the root (after the last marker) is never dropped */
+}
+
+#ifdef MP_TEST_HOOKS
+/* Test builds: MP_TEST_POOL_NO_CAPTURE is the benchmark's arm that wraps and tracks items but
+ * takes no stack (bench/node-features.mjs); MP_TEST_POOL_NO_COLLAPSE the chain test's control,
+ * every hop appended (test/run/pool.test.ts). Read once. */
+static bool hook_once(int* cached, const char* name) {
+  if (*cached < 0) *cached = mp_test_hook(name) ? 1 : 0;
+  return *cached == 1;
+}
+static int no_capture = -1, no_collapse = -1;
 #endif
 
 /* The poster's stack into its entry, after the pool's mutex is released. Inside a wrapped
- * completion the stack is cut at its trampoline and the completed item's stack follows; a
- * completion that queues the same work again (a read loop) keeps the stack it had, so that
- * a chain of any length stays one hop long. */
+ * completion the stack is cut at its trampoline and the completed item's stack follows,
+ * without the parts that took the same native path as this one (after_same_path). */
 static void fill(mp_pool_entry_t* e, mp_thread_t* t, const caller_t* c) {
   int saved = errno;
   const mp_pool_entry_t* origin = t->pool_origin;
   unsigned max = mp_state.bt_max < POOL_FRAMES ? mp_state.bt_max : POOL_FRAMES;
 #ifdef MP_TEST_HOOKS
-  if (skip_capture()) max = 0;
+  if (hook_once(&no_capture, "MP_TEST_POOL_NO_CAPTURE")) max = 0;
 #endif
   unsigned n = max == 0 ? 0 : mp_sample_capture(e->frames, max, c, origin != NULL ? t->pool_origin_sp : 0);
   if (origin != NULL && max > 0 && ready(origin)) {
-    bool again = origin->depth > n && origin->frames[n] == MARKER_PC &&
-                 memcmp(origin->frames, e->frames, n * sizeof(uintptr_t)) == 0;
-    if (again) {
-      memcpy(e->frames, origin->frames, origin->depth * sizeof(uintptr_t));
-      n = origin->depth;
-    } else {
-      n = join(e->frames, n, POOL_FRAMES, origin->frames, origin->depth);
-    }
+    unsigned from = after_same_path(e->frames, n, origin);
+#ifdef MP_TEST_HOOKS
+    if (hook_once(&no_collapse, "MP_TEST_POOL_NO_COLLAPSE")) from = 0;
+#endif
+    n = join(e->frames, n, POOL_FRAMES, origin->frames + from, origin->depth - from);
   }
   e->depth = n;
   unsigned expected = FILLING;
@@ -294,10 +345,10 @@ static void learn(void* mutex) {
   pool_queue_t* node = probe_node;
   pool_queue_t* head = node->next;
   if (head == node || head == NULL || head->prev != node) return;
-  if (mp_pool_mutex == NULL) {
+  if (mp_pool.mutex == NULL) {
     pool_head = head;
-    mp_pool_mutex = mutex;
-  } else if (mutex == mp_pool_mutex && head != pool_head) {
+    mp_pool.mutex = mutex;
+  } else if (mutex == mp_pool.mutex && head != pool_head) {
     slow_head = head;
   }
   probe_node = NULL;
@@ -306,13 +357,16 @@ static void learn(void* mutex) {
 mp_noinline int mp_pool_unlock_slow(void* mutex) {
   mp_thread_t* t = &mp_tls;
   if (mp_unlikely(t->pool_probing) && probe_node != NULL) learn(mutex);
-  if (mutex != mp_pool_mutex) return mp_libc_mutex_unlock(mutex);
+  if (mutex != mp_pool.mutex) return mp_libc_mutex_unlock(mutex);
   caller_t c = CALLER_OF(__builtin_frame_address(0), __builtin_return_address(0));
   mp_pool_entry_t* e = NULL;
   if (atomic_load_explicit(&mp_state.running, memory_order_relaxed) && !t->in_profiler && !t->pool_worker &&
       !t->exiting) {
-    e = wrap_tail(pool_head);
-    if (e == NULL && slow_head != NULL) e = wrap_tail(slow_head);
+    e = wrap_tail(pool_head, 0);
+    if (e == NULL && slow_head != NULL) e = wrap_tail(slow_head, 1);
+  } else if (!t->pool_worker) {
+    left_alone[0] = pool_head->prev;
+    if (slow_head != NULL) left_alone[1] = slow_head->prev;
   }
   int rc = mp_libc_mutex_unlock(mutex);
   if (e != NULL) fill(e, t, &c);
@@ -364,24 +418,25 @@ bool mi_prof_pool_probe_begin(void* queue_node, size_t queue_offset) {
   static atomic_uint probes; /* the first probe finds the queue, the second the slow queue */
   if (queue_node == NULL || queue_offset != offsetof(pool_work_t, wq) || !pool_wanted()) return false;
   unsigned k = atomic_fetch_add(&probes, 1);
-  if (k > 1 || (k == 1 && mp_pool_mutex == NULL)) return false;
+  if (k > 1 || (k == 1 && mp_pool.mutex == NULL)) return false;
   if (!table_init()) return false;
+  if (exe_hi == 0) dl_iterate_phdr(find_exe, NULL);
   pool_queue_t* node = (pool_queue_t*)queue_node;
   node->next = node->prev = node;
   probe_node = node;
   mp_tls.pool_probing = true;
-  mp_pool_probing = true;
+  mp_pool.probing = true;
   return true;
 }
 
 bool mi_prof_pool_probe_end(void) {
-  mp_pool_probing = false;
+  mp_pool.probing = false;
   mp_tls.pool_probing = false;
   probe_node = NULL;
-  return mp_pool_mutex != NULL;
+  return mp_pool.mutex != NULL;
 }
 
-bool mi_prof_pool_watched(void) { return mp_pool_mutex != NULL; }
+bool mi_prof_pool_watched(void) { return mp_pool.mutex != NULL; }
 
 uint64_t mi_prof_pool_refused(void) {
   return atomic_load_explicit(&refused, memory_order_relaxed);

@@ -155,8 +155,9 @@ static void learn_bounds(mp_thread_t* t) {
 }
 
 /* Returns the number of frames written; *broken tells whether the chain ended on a link
- * that failed a check rather than on a null frame pointer. */
-static unsigned fp_walk(uintptr_t* frames, unsigned n, unsigned max, uintptr_t fp, bool* broken) {
+ * that failed a check rather than on a null frame pointer. A frame record at or above
+ * stop_sp (the cut, see mp_stack_capture) ends the walk. */
+static unsigned fp_walk(uintptr_t* frames, unsigned n, unsigned max, uintptr_t fp, uintptr_t stop_sp, bool* broken) {
   mp_thread_t* t = &mp_tls;
   uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
   *broken = false;
@@ -166,7 +167,7 @@ static unsigned fp_walk(uintptr_t* frames, unsigned n, unsigned max, uintptr_t f
   }
   uintptr_t low = sp;
   while (n < max) {
-    if (fp == 0) break;
+    if (fp == 0 || fp >= stop_sp) break;
     if (fp < low || fp > t->stack_hi - 2 * sizeof(uintptr_t) || (fp & (sizeof(uintptr_t) - 1)) != 0) {
       *broken = true;
       break;
@@ -332,7 +333,7 @@ unsigned mp_stack_capture(uintptr_t* frames, unsigned max, void* ra, uintptr_t s
     if (!complete) mp_stack_count_fallback();
     if (mp_test_hook("MP_TEST_UNWIND_FP_ONLY")) complete = true; /* the control: the rules' walk alone */
 #endif
-    if (!complete) { /* a step no rule could take: libgcc's unwinder may know more */
+    if (!complete && stop_sp == 0) { /* a step no rule could take: libgcc's unwinder may know more (it knows no cut) */
       uintptr_t other[MI_PROF_MAX_BT];
       unsigned m = unwind_tables(other, max);
       if (m > n && other[0] == (uintptr_t)ra) {
@@ -348,11 +349,12 @@ unsigned mp_stack_capture(uintptr_t* frames, unsigned max, void* ra, uintptr_t s
   }
 #else
   (void)sp;
-  (void)stop_sp;
 #endif
   bool broken;
-  unsigned n = fp_walk(frames, 1, max, fp, &broken);
-  if (n < max && (broken || !reached_start(frames, n))) {
+  uintptr_t cut = stop_sp == 0 ? UINTPTR_MAX : stop_sp;
+  unsigned n = fp_walk(frames, 1, max, fp, cut, &broken);
+  /* libgcc's unwinder knows no cut: a stack that is cut stays as the frame walk left it */
+  if (n < max && stop_sp == 0 && (broken || !reached_start(frames, n))) {
     uintptr_t other[MI_PROF_MAX_BT];
     unsigned m = unwind_tables(other, max);
     if (m > n && other[0] == (uintptr_t)ra) {

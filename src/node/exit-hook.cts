@@ -85,9 +85,11 @@ function install(addon: Addon, runDir: string): void {
         gc?.();
         gc?.();
       }
+      addon.dump(join(runDir, `raw.${process.pid}.pb`), 'proto');
+      // after the native dump: reading V8's sampling profile collects garbage (--no-gc's
+      // native profile must not see that), and its own allocations are not the program's
       const js = jsHeap?.();
       if (js !== undefined) writeFileSync(join(runDir, `jsheap.${process.pid}.json`), JSON.stringify(js));
-      addon.dump(join(runDir, `raw.${process.pid}.pb`), 'proto');
       addon.stop();
     } catch (e) {
       process.stderr.write(`mimalloc-pprof: ${(e as Error).message}\n`);

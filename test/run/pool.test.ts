@@ -76,6 +76,24 @@ describe('deflate streams opened by one function (zlib state allocated on a pool
   });
 });
 
+describe('chains of work queued from completions', () => {
+  // 300 writes to one deflate stream, each queued from the previous write's completion: the
+  // output Buffers are made in those completions. A chain keeps one part per native path.
+  const markers = (s: DecodedSample) => s.names.filter((n) => n === QUEUED_BY).length;
+  test('stay short (at most 3 markers) and keep the first caller; the control (every hop appended) grows', (t) => {
+    const samples = runProfile('pool-stream.cjs', '4k').filter((s) => markers(s) > 0);
+    const r = share(samples, () => true, 'streamChunks', (s) => s.inuse);
+    const most = Math.max(...samples.map(markers));
+    t.diagnostic(`${samples.length} samples with a queuing stack, at most ${most} markers, ${(r.share * 100).toFixed(1)} % of ${mib(r.total)} under streamChunks`);
+    assert.ok(samples.length > 0 && most <= 3 && r.share >= 0.9, `${most} markers, ${(r.share * 100).toFixed(1)} %`);
+    const hooks = join(root, 'build', 'test-hooks', 'libmimalloc-pprof.so');
+    const control = runProfile('pool-stream.cjs', '4k', { MIMALLOC_PPROF_LIB: hooks, MP_TEST_POOL_NO_COLLAPSE: '1' });
+    const grown = Math.max(...control.map(markers));
+    t.diagnostic(`control: at most ${grown} markers`);
+    assert.ok(grown >= 4, `control: ${grown} markers`);
+  });
+});
+
 describe('Node-API async work: sharp (libvips) resizing from one async function', () => {
   test('>= 80 % of the run\'s in-use bytes are under resizeAndKeep', (t) => {
     const samples = runProfile('pool-sharp.mjs', '512k');
