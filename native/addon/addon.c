@@ -7,7 +7,9 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <math.h>
 #include <node_api.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <uv.h>
@@ -31,6 +33,7 @@ typedef struct api_s {
   bool (*pool_probe_end)(void);
   bool (*pool_watched)(void);
   uint64_t (*pool_refused)(void);
+  bool (*resident_get)(mi_prof_resident_t*);
 } api_t;
 
 static api_t api;
@@ -50,6 +53,7 @@ static void resolve(void) {
     api.pool_probe_end = (__typeof__(api.pool_probe_end))dlsym(RTLD_DEFAULT, "mi_prof_pool_probe_end");
     api.pool_watched = (__typeof__(api.pool_watched))dlsym(RTLD_DEFAULT, "mi_prof_pool_watched");
     api.pool_refused = (__typeof__(api.pool_refused))dlsym(RTLD_DEFAULT, "mi_prof_pool_refused");
+    api.resident_get = (__typeof__(api.resident_get))dlsym(RTLD_DEFAULT, "mi_prof_resident_get");
   }
 }
 
@@ -240,7 +244,12 @@ static napi_value js_stats(napi_env env, napi_callback_info info) {
   memset(&s, 0, sizeof(s));
   s.size = sizeof(s);
   s.version = MI_PROF_STATS_VERSION;
-  if (!api.stats_get(&s)) return throw_code(env, "MPP_ERR_VERSION", "the preload library's stats version differs");
+  if (!api.stats_get(&s)) { /* a library from before version 2: the same without the variance */
+    s.size = (uint32_t)offsetof(mi_prof_stats_t, estimated_live_bytes_variance);
+    s.version = 1;
+    if (!api.stats_get(&s)) return throw_code(env, "MPP_ERR_VERSION", "the preload library's stats version differs");
+    s.estimated_live_bytes_variance = -1;
+  }
   napi_value r;
   CHECK(napi_create_object(env, &r));
   set_bool(env, r, "running", s.running);
@@ -249,6 +258,7 @@ static napi_value js_stats(napi_env env, napi_callback_info info) {
   set_num(env, r, "liveSampledBytes", (double)s.live_sampled_bytes);
   set_num(env, r, "estimatedLiveBytes", s.estimated_live_bytes);
   set_num(env, r, "estimatedLiveObjects", s.estimated_live_objects);
+  if (s.estimated_live_bytes_variance >= 0) set_num(env, r, "estimatedLiveBytesStdError", sqrt(s.estimated_live_bytes_variance));
   set_num(env, r, "accumSamples", (double)s.accum_samples);
   set_num(env, r, "estimatedAccumBytes", s.estimated_accum_bytes);
   set_num(env, r, "estimatedAccumObjects", s.estimated_accum_objects);
@@ -267,6 +277,29 @@ static napi_value js_stats(napi_env env, napi_callback_info info) {
   set_num(env, r, "pageFaults", (double)s.page_faults);
   set_bool(env, r, "poolWatched", api.pool_watched != NULL && api.pool_watched());
   set_num(env, r, "poolUncharged", api.pool_refused != NULL ? (double)api.pool_refused() : 0);
+  return r;
+}
+
+/* resident() -> mimalloc's mappings and their resident bytes, or null (an older library) */
+static napi_value js_resident(napi_env env, napi_callback_info info) {
+  (void)info;
+  if (!api_ok) return not_preloaded(env);
+  napi_value r;
+  mi_prof_resident_t m;
+  memset(&m, 0, sizeof(m));
+  m.size = sizeof(m);
+  m.version = MI_PROF_RESIDENT_VERSION;
+  if (api.resident_get == NULL || !api.resident_get(&m)) {
+    CHECK(napi_get_null(env, &r));
+    return r;
+  }
+  CHECK(napi_create_object(env, &r));
+  set_bool(env, r, "allocatorKnown", m.allocator_known);
+  set_num(env, r, "allocatorMapped", (double)m.allocator_mapped);
+  set_num(env, r, "allocatorResident", (double)m.allocator_resident);
+  set_num(env, r, "allocatorUntracked", (double)m.allocator_untracked);
+  set_num(env, r, "arenaResident", (double)m.arena_resident);
+  set_num(env, r, "profilerBytes", (double)m.profiler_bytes);
   return r;
 }
 
@@ -309,6 +342,7 @@ NAPI_MODULE_INIT() {
       {"available", js_available}, {"start", js_start}, {"stop", js_stop},
       {"reset", js_reset},         {"isRunning", js_is_running}, {"dump", js_dump},
       {"stats", js_stats},         {"memoryEvents", js_memory_events}, {"memorySnapshot", js_memory_snapshot},
+      {"resident", js_resident},
   };
   for (size_t i = 0; i < sizeof(fns) / sizeof(*fns); i++) {
     napi_value f;

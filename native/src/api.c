@@ -35,6 +35,7 @@ void mp_stats_fill(mi_prof_stats_t* s) {
   s->live_sampled_bytes = t.live_sampled_bytes;
   s->estimated_live_bytes = t.est_live_bytes;
   s->estimated_live_objects = t.est_live_objects;
+  s->estimated_live_bytes_variance = t.est_live_bytes_var;
   s->accum_samples = mp_state.accum ? t.accum_samples : 0;
   s->estimated_accum_bytes = mp_state.accum ? t.est_accum_bytes : 0;
   s->estimated_accum_objects = mp_state.accum ? t.est_accum_objects : 0;
@@ -57,8 +58,13 @@ void mp_stats_fill(mi_prof_stats_t* s) {
   s->page_faults = faults;
 }
 
+/* A caller built against version 1 passes the struct without the version-2 field. */
+#define STATS_V1_SIZE offsetof(mi_prof_stats_t, estimated_live_bytes_variance)
+
 bool mi_prof_stats_get(mi_prof_stats_t* stats) {
-  if (stats == NULL || stats->size != sizeof(*stats) || stats->version != MI_PROF_STATS_VERSION) {
+  bool v2 = stats != NULL && stats->size == sizeof(*stats) && stats->version == MI_PROF_STATS_VERSION;
+  bool v1 = stats != NULL && stats->size == STATS_V1_SIZE && stats->version == 1;
+  if (!v1 && !v2) {
     errno = EINVAL;
     return false;
   }
@@ -67,8 +73,14 @@ bool mi_prof_stats_get(mi_prof_stats_t* stats) {
   if (!mp_test_hook("MP_TEST_UNGUARDED_STATS")) /* the debug build's control: locks taken unguarded */
 #endif
     mp_tls.in_profiler = true;
-  mp_stats_fill(stats);
+  mi_prof_stats_t full;
+  mp_stats_fill(&full);
   mp_profiler_leave(&mp_tls, guard);
+  if (v1) {
+    full.size = (uint32_t)STATS_V1_SIZE;
+    full.version = 1;
+  }
+  memcpy(stats, &full, v1 ? STATS_V1_SIZE : sizeof(full));
   return true;
 }
 

@@ -279,6 +279,11 @@ void mp_threads_unlock(void);
 void mp_threads_child_reinit(void);
 void* mp_thread_start(void* start);     /* the wrapped threads' root frame */
 
+/* ---- resident.c: mimalloc's mappings, for the RSS breakdown (mi_prof_resident_get) ---- */
+/* After a mapping succeeded (p may be MAP_FAILED: ignored); `caller` is mmap's return address. */
+void mp_resident_mapped(void* p, size_t len, int flags, const void* caller);
+void mp_resident_unmapped(void* p, size_t len); /* after a successful munmap */
+
 /* ---- unwind.c: per-address unwind rules from .eh_frame (x86-64, glibc >= 2.35) ---- */
 #if defined(__x86_64__) && defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
 #define MP_UNWIND_CFI 1
@@ -338,6 +343,7 @@ void mp_table_check(void);        /* debug builds: asserts the record <-> bucket
 typedef struct mp_table_totals_s {
   uint64_t live_samples, live_sampled_bytes, accum_samples, buckets;
   double est_live_bytes, est_live_objects, est_accum_bytes, est_accum_objects;
+  double est_live_bytes_var; /* sampling variance of est_live_bytes */
 } mp_table_totals_t;
 void mp_table_totals(mp_table_totals_t* totals, double interval);
 

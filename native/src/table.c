@@ -401,6 +401,9 @@ void mp_table_totals(mp_table_totals_t* t, double interval) {
         t->accum_samples += b->allocs;
         t->est_live_objects += (double)b->live * w;
         t->est_live_bytes += (double)b->live * (double)b->size * w;
+        /* each block is kept with p = 1/w, independently of the others (disjoint stretches
+         * of a Poisson process over bytes): Horvitz-Thompson's variance estimate */
+        t->est_live_bytes_var += (double)b->live * (double)b->size * (double)b->size * w * (w - 1.0);
         t->est_accum_objects += (double)b->allocs * w;
         t->est_accum_bytes += (double)b->allocs * (double)b->size * w;
       }

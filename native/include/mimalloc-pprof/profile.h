@@ -88,7 +88,8 @@ mi_prof_export mi_prof_nodiscard bool mi_prof_dump_proto(const char* path); /* p
 mi_prof_export void mi_prof_memory_events_enable(bool enable);
 mi_prof_export bool mi_prof_memory_events_enabled(void);
 
-#define MI_PROF_STATS_VERSION 1u
+/* Version 2 added estimated_live_bytes_variance; a version-1 struct (without it) is still filled. */
+#define MI_PROF_STATS_VERSION 2u
 
 typedef struct mi_prof_stats_s {
   uint32_t size;                 /* set by the caller: sizeof(mi_prof_stats_t) */
@@ -113,11 +114,36 @@ typedef struct mi_prof_stats_s {
   uint64_t exact_accum_objects;
   /* mimalloc's process info */
   uint64_t rss_bytes, peak_rss_bytes, commit_bytes, peak_commit_bytes, page_faults;
+  /* version 2: the sampling variance of estimated_live_bytes (unbiased, from the live
+   * samples: sum of size^2 (1 - p) / p^2); its square root is the estimate's standard error */
+  double estimated_live_bytes_variance;
 } mi_prof_stats_t;
 
 /* Fills `stats` (whose size and version the caller sets). False on unknown size/version.
  * Relaxed reads: a consistent snapshot of each figure, not a consistent cut across them. */
 mi_prof_export mi_prof_nodiscard bool mi_prof_stats_get(mi_prof_stats_t* stats);
+
+/* ---- where the resident memory is: mimalloc's part of it ----
+ * mimalloc's mappings are recorded as it makes them (it maps through libc's mmap, which the
+ * library interposes); their resident bytes are asked of the kernel (mincore) on each call.
+ * With glibc < 2.35 or off x86-64 the mappings cannot be told apart: allocator_known false. */
+#define MI_PROF_RESIDENT_VERSION 1u
+
+typedef struct mi_prof_resident_s {
+  uint32_t size;                 /* set by the caller: sizeof(mi_prof_resident_t) */
+  uint32_t version;              /* set by the caller: MI_PROF_RESIDENT_VERSION */
+  bool allocator_known;          /* false: the allocator_* figures are not available */
+  uint64_t allocator_mapped;     /* bytes of address space mimalloc holds from the OS */
+  uint64_t allocator_resident;   /* of which resident now */
+  uint64_t allocator_untracked;  /* mapped beyond the record's capacity (not in the above) */
+  uint64_t arena_resident;       /* resident in the sample arena (sampled blocks live there) */
+  uint64_t profiler_bytes;       /* the profiler's own tables (OS memory held) */
+} mi_prof_resident_t;
+
+/* Fills `resident` (whose size and version the caller sets). False on unknown size/version
+ * (errno EINVAL) or when no scratch memory could be mapped. Takes no lock; costs one
+ * mincore call per 256 MiB of mimalloc's and the arena's address space. */
+mi_prof_export mi_prof_nodiscard bool mi_prof_resident_get(mi_prof_resident_t* resident);
 
 /* ---- libuv's thread pool (Node): work charged to the stack that queued it ----
  * For an addon running inside the process, on its loop's thread. Between _begin and _end the
