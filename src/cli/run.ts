@@ -9,6 +9,7 @@ import { basename } from 'node:path';
 import type { Profile } from 'pprof-format';
 
 import { UsageError } from '../errors.js';
+import { formatRssLines } from '../profile/rss.js';
 import { EXIT_HOOK, runProgram, type ProcessReport, type RunOptions } from '../run/index.js';
 import { isJavaScriptName } from '../symbolize/perfmap.js';
 import { splitCommandLine } from './args.js';
@@ -146,6 +147,10 @@ export async function runCommand(argv: string[]): Promise<number> {
     if (stripped) err.write(`mimalloc-pprof: ${stripped} has no symbol table (stripped): its own frames show as [${stripped}]\n`);
     printTop(detailed.profile, 'inuse_space', opts.top, err);
     printJavaScriptCallers(detailed.profile, opts.top, err);
+    if (detailed.rss) {
+      err.write(`\nResident set of ${who} when profiled: ${humanBytes(detailed.rss.rss)}\n`);
+      for (const line of formatRssLines(detailed.rss, humanBytes)) err.write(`${line}\n`);
+    }
   }
   for (const p of profiled) err.write(`mimalloc-pprof: wrote ${p.file}${p.main ? '' : ` (pid ${p.pid})`}\n`);
   return result.status;

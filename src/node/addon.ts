@@ -22,6 +22,20 @@ export interface NativeAddon {
   dump(path: string, format: 'proto' | 'text'): void;
   stats(): NativeStats;
   memoryEvents(enable?: boolean): boolean;
+  /** mimalloc's mappings and the profiler's memory (mi_prof_resident_get); null from a library without it. */
+  resident(): NativeResident | null;
+}
+
+/** The addon's resident object (mi_prof_resident_t, numbers). */
+export interface NativeResident {
+  /** false: mimalloc's mappings cannot be told apart here (glibc < 2.35, not x86-64). */
+  allocatorKnown: boolean;
+  allocatorMapped: number;
+  allocatorResident: number;
+  allocatorUntracked: number;
+  /** Resident in the sample arena, where sampled blocks live. */
+  arenaResident: number;
+  profilerBytes: number;
 }
 
 /** The addon's stats object (mi_prof_stats_t, numbers). */
@@ -32,6 +46,8 @@ export interface NativeStats {
   liveSampledBytes: number;
   estimatedLiveBytes: number;
   estimatedLiveObjects: number;
+  /** The standard error of estimatedLiveBytes (absent from a library before stats version 2). */
+  estimatedLiveBytesStdError?: number;
   accumSamples: number;
   estimatedAccumBytes: number;
   estimatedAccumObjects: number;

@@ -16,11 +16,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { isMainThread } from 'node:worker_threads';
 
-interface Addon {
-  available(): { available: boolean; reason?: string };
-  dump(path: string, format: 'proto' | 'text'): void;
-  stop(): void;
-}
+type Addon = import('./addon.js', { with: { 'resolution-mode': 'import' } }).NativeAddon;
 
 const dir = process.env.MIMALLOC_PPROF_RUN_DIR;
 const addonPath = process.env.MIMALLOC_PPROF_ADDON;
@@ -84,6 +80,15 @@ function install(addon: Addon, runDir: string): void {
         const gc = fullGc();
         gc?.();
         gc?.();
+      }
+      // the resident set accounted for, as the dump sees it (src/node/rss.cts); run puts it in
+      // the profile's comments and prints it
+      try {
+        // eslint-disable-next-line @typescript-eslint/no-require-imports
+        const { measureRss } = require('./rss.cjs') as typeof import('./rss.cjs');
+        writeFileSync(join(runDir, `rss.${process.pid}.json`), JSON.stringify(measureRss(addon)));
+      } catch {
+        // /proc unreadable: the profile goes without its breakdown
       }
       addon.dump(join(runDir, `raw.${process.pid}.pb`), 'proto');
       // after the native dump: reading V8's sampling profile collects garbage (--no-gc's

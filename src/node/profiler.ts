@@ -17,6 +17,8 @@ import { basename, dirname, join } from 'node:path';
 
 import { checkAvailability, withAddon, type Availability, type NativeStats } from './addon.js';
 import { startJsHeap } from './js-heap.js';
+import { measureRss } from './rss.cjs';
+import type { RssBreakdown } from '../profile/rss.js';
 import { snapshots } from './snapshots.js';
 
 export type { Availability } from './addon.js';
@@ -38,8 +40,9 @@ export interface StartOptions {
   jsHeap?: boolean;
 }
 
-/** The preload library's figures (mi_prof_stats_t): sampled, estimated, exact, process. */
-export type ProfilerStats = NativeStats;
+/** The preload library's figures (mi_prof_stats_t): sampled, estimated, exact, process; and
+ * the resident set accounted for (the same breakdown a profile carries as a comment). */
+export type ProfilerStats = NativeStats & { rssBreakdown: RssBreakdown };
 
 /** The memory-events API's snapshot (C: mi_memory_snapshot, memory-events.h), in usable bytes. */
 export interface MemoryEventsSnapshot {
@@ -187,9 +190,9 @@ export const profiler = {
     return withAddon((a) => a.isRunning());
   },
 
-  /** Sampled and estimated figures, exact counters, RSS and commit. */
+  /** Sampled and estimated figures, exact counters, RSS and commit, the RSS breakdown. */
   stats(): ProfilerStats {
-    return withAddon((a) => a.stats());
+    return withAddon((a) => ({ ...a.stats(), rssBreakdown: measureRss(a) }));
   },
 
   /**
@@ -200,7 +203,7 @@ export const profiler = {
   profile(options: ProfileOptions = {}): Promise<Buffer> {
     return later(async () => {
       checkProfileOptions(options);
-      if (options.jsHeap === true) startJsHeap(profiler.stats().sampleInterval || 524288);
+      if (options.jsHeap === true) startJsHeap(withAddon((a) => a.stats()).sampleInterval || 524288);
       const lease = await snapshots.acquire({ gc: options.gc === true });
       try {
         const data = await lease.render({

@@ -25,6 +25,7 @@ import { addonPath, libraryPath, packageRoot } from '../preload/library.js';
 import { encodeHeapText, encodeProfile, findSampleType, totalValue } from '../profile/index.js';
 import { writeFileAtomic } from '../profile/files.js';
 import { mergeJsHeap, type V8SamplingHeapProfile } from '../profile/js-heap.js';
+import { formatRssComment, type RssBreakdown } from '../profile/rss.js';
 import { isPreloadLibrary, symbolize } from '../symbolize/index.js';
 import { recordedNumber } from '../symbolize/raw.js';
 import { perfMapOf, readMarkers, removeV8Leftovers, startWatchdog, unsplittable, type ProcessMarker } from './leftovers.js';
@@ -63,6 +64,8 @@ export interface ProcessReport extends ProcessMarker {
   inuseBytes?: number;
   /** Its peak resident set (VmHWM) when its profile was taken. */
   peakRssBytes?: number;
+  /** Node: its resident set accounted for when its profile was taken. */
+  rss?: RssBreakdown;
 }
 
 export type RunResult =
@@ -247,6 +250,12 @@ function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport): void
     const { interval, profile: js } = JSON.parse(readFileSync(jsHeapFile, 'utf8')) as { interval: number; profile: V8SamplingHeapProfile };
     const merged = mergeJsHeap(profile, js, interval);
     comment(`heap=js: V8's sampling heap profiler at interval=${interval}: ${Math.round(merged.bytes)} bytes of JavaScript objects in use (${merged.samples} samples)`);
+  }
+  const rssFile = join(runDir, `rss.${p.pid}.json`);
+  if (existsSync(rssFile)) {
+    const rss = JSON.parse(readFileSync(rssFile, 'utf8')) as RssBreakdown;
+    comment(formatRssComment(rss));
+    p.rss = rss;
   }
   comment(`mimalloc-pprof ${packageVersion()} run: interval=${opts.interval ?? 524288} seed=${opts.seed ?? 'none'} pid=${p.pid}`);
   if (p.ppid) comment(`ppid=${p.ppid}`);

@@ -359,8 +359,14 @@ test('mi_prof_stats_get refuses a wrong size or version (writing nothing) and fi
   }
   assert.equal(r.num('good.ok'), 1);
   assert.equal(r.num('good.size'), r.num('sizeof'));
-  assert.equal(r.num('good.version'), 1);
+  assert.equal(r.num('good.version'), 2);
   assert.equal(r.num('good.tail_untouched'), 1, 'nothing written past the struct');
+  // version 1 (before the variance) is still served, and nothing is written past it
+  assert.equal(r.num('v1.ok'), 1);
+  assert.equal(r.num('v1.size'), r.num('sizeof') - 8);
+  assert.equal(r.num('v1.version'), 1);
+  assert.equal(r.num('v1.tail_untouched'), 1, 'a version-1 struct was written past its end');
+  assert.ok(r.num('v1.live_samples') >= 20);
   // filled, not left as the 0xAB filler
   assert.equal(r.num('good.running'), 1);
   assert.equal(r.num('good.sample_interval'), 1);

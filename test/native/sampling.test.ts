@@ -141,7 +141,9 @@ interface UnbiasedOutput {
   interval: number;
   exact: number;
   variance: number;
+  variance_of_variance: number;
   estimate: number;
+  variance_estimate: number;
   live_samples: number;
   dropped: number;
 }
@@ -186,6 +188,39 @@ describe('unbiased in-use estimate over 20 seeds (16 B to 8 MiB, default interva
     const { rel, ok } = meanGate(runs.map((r) => r.out.estimate));
     t.diagnostic(`mean of 20 estimates off by ${(rel * 100).toFixed(3)} % (4 sigma/sqrt 20 = ${((400 * sigma) / Math.sqrt(20) / exact).toFixed(3)} %)`);
     assert.ok(ok, `mean off by ${(rel * 100).toFixed(3)} %`);
+  });
+
+  // The profiler's variance estimate (sum over live samples of s^2 (1-p)/p^2, what the RSS
+  // breakdown's standard error comes from) is unbiased for the model's variance: the mean of
+  // 20 independent ones lies within 4 of its own standard deviations / sqrt 20.
+  const varianceGate = (estimates: number[]) => {
+    const mean = estimates.reduce((a, b) => a + b, 0) / estimates.length;
+    const bound = (4 * Math.sqrt(runs[0]!.out.variance_of_variance)) / Math.sqrt(estimates.length);
+    return { rel: mean / runs[0]!.out.variance - 1, ok: Math.abs(mean - runs[0]!.out.variance) <= bound, bound };
+  };
+  // the same from the rows of each dump (sampled counts): the control drops the (1 - p)
+  const varianceFromRows = (r: (typeof runs)[number], withOneMinusP: boolean) =>
+    r.heap.rows.reduce((a, row) => {
+      if (row.inuseCount === 0) return a;
+      const size = row.inuseBytes / row.inuseCount;
+      const w = weight(size, r.out.interval);
+      return a + row.inuseCount * size * size * w * (withOneMinusP ? w - 1 : w);
+    }, 0);
+
+  test('the variance estimate (stats) is unbiased: its mean over 20 seeds is within 4 of its sigmas / sqrt 20 of the model', (t) => {
+    const { rel, ok, bound } = varianceGate(runs.map((r) => r.out.variance_estimate));
+    t.diagnostic(`mean variance estimate off by ${(rel * 100).toFixed(2)} % (bound ${((100 * bound) / runs[0]!.out.variance).toFixed(2)} %)`);
+    assert.ok(ok, `mean variance estimate off by ${(rel * 100).toFixed(2)} %`);
+    for (const r of runs) {
+      const rows = varianceFromRows(r, true);
+      assert.ok(Math.abs(rows - r.out.variance_estimate) <= 1e-6 * r.out.variance_estimate, `rows ${rows} vs stats ${r.out.variance_estimate}`);
+    }
+  });
+
+  test('positive control: the variance without its (1 - p) factor fails the same gate', (t) => {
+    const { rel, ok } = varianceGate(runs.map((r) => varianceFromRows(r, false)));
+    t.diagnostic(`control caught: the mean is off by ${(rel * 100).toFixed(2)} %`);
+    assert.equal(ok, false);
   });
 
   test('the heap_v2 rows carry the same estimate (pprof unsamples them per row)', () => {

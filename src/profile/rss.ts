@@ -1,0 +1,108 @@
+/**
+ * The resident set of a Node process, accounted for: which part of RSS is the V8 heap, the
+ * native memory in use, what the allocator holds beyond it, the profiler, code and mapped
+ * files, thread stacks, and what none of these claims. Every part but `other` is measured on
+ * its own (src/node/rss.ts says how), so `other` — RSS less the parts — tells how complete
+ * the account is: a few percent of RSS on a Node process whose memory comes from its heaps.
+ *
+ * A profile carries its breakdown as one comment, `rss_breakdown: key=value …` in bytes,
+ * which `go tool pprof -comments` shows and `parseRssBreakdown` reads back.
+ */
+import type { Profile } from 'pprof-format';
+
+export interface RssBreakdown {
+  /** The resident set: the sum of /proc/self/smaps' Rss. */
+  rss: number;
+  /** V8's heap of the measuring thread's isolate: resident (in the sum), used and committed. */
+  v8Resident: number;
+  v8Used: number;
+  v8Committed: number;
+  /** Native memory in use: the profiler's estimate (in the sum unless `nativeExact` is set). */
+  nativeInUse: number;
+  /** The estimate's standard error (Horvitz–Thompson, from the live samples). */
+  nativeStdError: number;
+  /** Exact usable bytes in use, where memory events are on (then in the sum instead). */
+  nativeExact?: number;
+  /** mimalloc's resident memory less the native memory in use (free pages and blocks it
+   * keeps); undefined where mimalloc's mappings cannot be told apart (then in `other`). */
+  allocatorOverhead?: number;
+  /** The profiler's own memory: its tables, and the sample arena beyond its live blocks. */
+  profiler: number;
+  /** File-backed mappings: executables, libraries, mapped files. */
+  code: number;
+  /** Thread stacks (of threads blocked in a system call when measured, and the main one). */
+  stacks: number;
+  /** RSS less every part above. */
+  other: number;
+}
+
+const KEYS: readonly (keyof RssBreakdown)[] = [
+  'rss',
+  'v8Resident',
+  'v8Used',
+  'v8Committed',
+  'nativeInUse',
+  'nativeStdError',
+  'nativeExact',
+  'allocatorOverhead',
+  'profiler',
+  'code',
+  'stacks',
+  'other',
+];
+const PREFIX = 'rss_breakdown:';
+
+/** The parts that add up to `rss` (with `other`). */
+export function rssParts(b: RssBreakdown): { name: string; bytes: number }[] {
+  const parts = [
+    { name: 'V8 heap', bytes: b.v8Resident },
+    { name: 'native in use', bytes: b.nativeExact ?? b.nativeInUse },
+    ...(b.allocatorOverhead !== undefined ? [{ name: 'allocator overhead', bytes: b.allocatorOverhead }] : []),
+    { name: 'profiler', bytes: b.profiler },
+    { name: 'code and mapped files', bytes: b.code },
+    { name: 'thread stacks', bytes: b.stacks },
+  ];
+  return [...parts, { name: 'other', bytes: b.other }];
+}
+
+export function formatRssComment(b: RssBreakdown): string {
+  const pairs = KEYS.filter((k) => b[k] !== undefined).map((k) => `${k}=${Math.round(b[k] as number)}`);
+  return `${PREFIX} ${pairs.join(' ')}`;
+}
+
+/** The breakdown a profile carries (the last, when merged profiles carry several), or undefined. */
+export function parseRssBreakdown(profile: Profile): RssBreakdown | undefined {
+  for (const c of [...profile.comment].reverse()) {
+    const text = profile.stringTable.strings[Number(c)] ?? '';
+    if (!text.startsWith(PREFIX)) continue;
+    const values = new Map<string, number>();
+    for (const pair of text.slice(PREFIX.length).trim().split(/\s+/)) {
+      const m = /^(\w+)=(-?\d+)$/.exec(pair);
+      if (m) values.set(m[1]!, Number(m[2]));
+    }
+    const required = KEYS.filter((k) => k !== 'nativeExact' && k !== 'allocatorOverhead');
+    if (!required.every((k) => values.has(k))) return undefined;
+    return Object.fromEntries(KEYS.filter((k) => values.has(k)).map((k) => [k, values.get(k)!])) as unknown as RssBreakdown;
+  }
+  return undefined;
+}
+
+/** Human lines, one per part, for a terminal. */
+export function formatRssLines(b: RssBreakdown, human: (n: number) => string): string[] {
+  const pct = (n: number) => (b.rss > 0 ? `${((100 * n) / b.rss).toFixed(1)}%` : '');
+  const notes: Record<string, string> = {
+    'V8 heap': `resident; ${human(b.v8Used)} used of ${human(b.v8Committed)} committed`,
+    'native in use':
+      b.nativeExact !== undefined
+        ? `exact (memory events); the estimate is ${human(b.nativeInUse)} ± ${human(b.nativeStdError)}`
+        : `estimate ± ${human(b.nativeStdError)} (1 standard error)`,
+    'allocator overhead': "mimalloc's resident memory beyond what is in use",
+    profiler: 'its tables and the sample arena beyond its live blocks',
+    'code and mapped files': 'executables, libraries, mapped files',
+    'thread stacks': '',
+    other: b.allocatorOverhead === undefined ? "anything else, mimalloc's free memory included (not told apart here)" : 'what no part above claims',
+  };
+  return rssParts(b).map(
+    (p) => `${human(p.bytes).padStart(10)} ${pct(p.bytes).padStart(6)}  ${p.name.padEnd(22)} ${notes[p.name] ?? ''}`.trimEnd(),
+  );
+}
