@@ -34,6 +34,7 @@ typedef struct api_s {
   bool (*pool_watched)(void);
   uint64_t (*pool_refused)(void);
   bool (*resident_get)(mi_prof_resident_t*);
+  size_t (*mapping_owners)(mi_prof_mapping_owner_t*, size_t);
 } api_t;
 
 static api_t api;
@@ -54,6 +55,7 @@ static void resolve(void) {
     api.pool_watched = (__typeof__(api.pool_watched))dlsym(RTLD_DEFAULT, "mi_prof_pool_watched");
     api.pool_refused = (__typeof__(api.pool_refused))dlsym(RTLD_DEFAULT, "mi_prof_pool_refused");
     api.resident_get = (__typeof__(api.resident_get))dlsym(RTLD_DEFAULT, "mi_prof_resident_get");
+    api.mapping_owners = (__typeof__(api.mapping_owners))dlsym(RTLD_DEFAULT, "mi_prof_mapping_owners");
   }
 }
 
@@ -297,9 +299,29 @@ static napi_value js_resident(napi_env env, napi_callback_info info) {
   set_bool(env, r, "allocatorKnown", m.allocator_known);
   set_num(env, r, "allocatorMapped", (double)m.allocator_mapped);
   set_num(env, r, "allocatorResident", (double)m.allocator_resident);
-  set_num(env, r, "allocatorUntracked", (double)m.allocator_untracked);
+  set_num(env, r, "untracked", (double)m.untracked);
   set_num(env, r, "arenaResident", (double)m.arena_resident);
   set_num(env, r, "profilerBytes", (double)m.profiler_bytes);
+  /* owners: [{ object, mapped, resident, regions }], object as a hex string (an address) */
+  napi_value list;
+  CHECK(napi_create_array(env, &list));
+  if (api.mapping_owners != NULL) {
+    mi_prof_mapping_owner_t owners[256];
+    size_t n = api.mapping_owners(owners, 256);
+    for (size_t i = 0; i < n && i < 256; i++) {
+      napi_value o, hex;
+      char buf[32];
+      snprintf(buf, sizeof(buf), "0x%llx", (unsigned long long)owners[i].object);
+      CHECK(napi_create_object(env, &o));
+      CHECK(napi_create_string_utf8(env, buf, NAPI_AUTO_LENGTH, &hex));
+      CHECK(napi_set_named_property(env, o, "object", hex));
+      set_num(env, o, "mapped", (double)owners[i].mapped);
+      set_num(env, o, "resident", (double)owners[i].resident);
+      set_num(env, o, "regions", (double)owners[i].regions);
+      CHECK(napi_set_element(env, list, (uint32_t)i, o));
+    }
+  }
+  CHECK(napi_set_named_property(env, r, "owners", list));
   return r;
 }
 

@@ -279,10 +279,13 @@ void mp_threads_unlock(void);
 void mp_threads_child_reinit(void);
 void* mp_thread_start(void* start);     /* the wrapped threads' root frame */
 
-/* ---- resident.c: mimalloc's mappings, for the RSS breakdown (mi_prof_resident_get) ---- */
+/* ---- resident.c: who mapped what, for the RSS breakdown (mi_prof_mapping_owners) ---- */
 /* After a mapping succeeded (p may be MAP_FAILED: ignored); `caller` is mmap's return address. */
 void mp_resident_mapped(void* p, size_t len, int flags, const void* caller);
 void mp_resident_unmapped(void* p, size_t len); /* after a successful munmap */
+void mp_resident_fork_prepare(void);
+void mp_resident_fork_parent(void);
+void mp_resident_fork_child(void);
 
 /* ---- unwind.c: per-address unwind rules from .eh_frame (x86-64, glibc >= 2.35) ---- */
 #if defined(__x86_64__) && defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))

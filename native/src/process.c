@@ -2,8 +2,8 @@
  *
  * fork: the prepare handler sets the reentrancy guard, then takes the loader lock (first, as
  * a dump holds it while waiting for the loader, which may wait for a table lock), the
- * lifecycle lock, the thread registry, every table lock and the memory-events callback
- * table's writer lock, so the child inherits
+ * lifecycle lock, the thread registry, every table lock, the memory-events callback
+ * table's writer lock and the record of mappings (resident.c), so the child inherits
  * consistent tables and a loader lock no dump of the parent holds. A signal that lands
  * between prepare and parent (the clone syscall is restarted after a handler) finds the
  * guard set, so a dump from its handler is skipped instead of waiting on the locks this
@@ -31,12 +31,14 @@ static void fork_prepare(void) {
   mp_threads_lock();
   mp_table_lock_all();
   mp_events_fork_prepare();
+  mp_resident_fork_prepare();
   /* from here to the parent handler nothing waits: a fatal signal waits for it (signals.c) */
   fork_in_sample = mp_tls.in_sample;
   mp_tls.in_sample = true;
 }
 
 static void fork_parent(void) {
+  mp_resident_fork_parent();
   mp_events_fork_parent();
   mp_table_unlock_all();
   mp_threads_unlock();
@@ -48,6 +50,7 @@ static void fork_parent(void) {
 }
 
 static void fork_child(void) {
+  mp_resident_fork_child();
   mp_events_fork_child();
   mp_table_child_reinit();
   mp_threads_child_reinit();

@@ -1,123 +1,292 @@
-/* Which of the process's resident memory is mimalloc's: the regions it mapped from the OS,
- * and how much of them is resident now. The RSS breakdown (src/node/rss.ts) needs it to
- * tell the allocator's memory from V8's heap, thread stacks and other anonymous mappings,
- * all of which look alike in /proc/self/smaps; mimalloc's own "committed" figure is no
- * guide (2.x counts memory as committed when it maps it, long before it is touched).
+/* Who mapped the process's anonymous memory, and how much of it is resident: the RSS
+ * breakdown (src/node/rss.cts) needs it to tell mimalloc's memory from V8's heaps, a
+ * library's own mappings and thread stacks, all of which look alike in /proc/self/smaps.
+ * mimalloc's own "committed" figure is no guide (2.x counts memory as committed when it maps
+ * it, long before it is touched), and V8's heap statistics see one isolate and not the pages
+ * it keeps pooled between collections.
  *
- * mimalloc (2.x and 3.x) maps and unmaps through libc's mmap and munmap, called through its
- * PLT, so the interposed names (interpose.c) see every call. A mapping whose caller's return
- * address lies in libmimalloc's image is recorded here; any munmap, and any MAP_FIXED
- * mapping, takes its range out of the record, whoever calls it (that memory is no longer
- * mimalloc's). Residency is asked of the kernel with mincore(2) when a figure is wanted.
+ * mimalloc (2.x and 3.x), V8 and libraries map and unmap through libc's mmap and munmap,
+ * called through their PLT, so the interposed names (interpose.c) see every such call. Each
+ * mapping is recorded with its owner: the object (executable or library) whose code called
+ * mmap, by its load address. Any munmap, and any new mapping over an old one, takes the
+ * range out of the record, whoever calls it. Residency is asked of the kernel with
+ * mincore(2) when a figure is wanted. Mappings made by raw system calls (glibc's own thread
+ * stacks, the loader, a runtime that skips libc) are not recorded: they stay "other".
  *
  * Invariants:
- *  - a slot's `lo` is 0 (empty), BUSY (being changed by one thread) or the region's start;
- *    `hi` is written only by the thread that moved `lo` to BUSY, and published by the
- *    release store of `lo`. Readers take (lo, hi) and re-check lo: a region changing under a
- *    reader is skipped or counted once, never twice;
- *  - recorded regions never overlap: mapping a range that overlaps a record is only possible
- *    with MAP_FIXED, which takes the range out first;
- *  - no lock and no allocation: mmap and munmap may be called from anywhere (a signal
- *    handler, a fork child, the loader), and the recording must not be able to block them.
- * A region the table cannot hold (more than REGION_SLOTS at once, i.e. terabytes of 2.x
- * segments) is counted in `untracked`, so the figures say they are incomplete. */
+ *  - the record holds disjoint ranges sorted by start, under `record_lock` (record_check);
+ *  - nothing in here allocates, and the lock is never waited on for long: a thread that
+ *    finds it held by itself (a signal handler that maps, nested in a recording: the lock
+ *    word names its holder) or held past SPIN_LIMIT (a child forked without the fork
+ *    handlers while another thread held it) gives up, and the mapping is
+ *    counted in `untracked` instead (or left recorded after its munmap, which mincore then
+ *    finds gone, and which the next mapping at that address replaces). So mmap and munmap
+ *    can never block on the profiler, in any thread, handler or child;
+ *  - a measurement copies the record out under the lock and asks mincore with it released. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <link.h>
 #include <mimalloc.h>
+#include <sched.h>
+#include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "internal.h"
 
-#define REGION_SLOTS 4096u
-#define EMPTY ((uintptr_t)0)
-#define BUSY ((uintptr_t)1)
+#define BLOCK 256u    /* ranges per block */
+#define BLOCKS 256u   /* 65 536 ranges in all: 1.5 MiB of address space, touched as it fills */
+#define SPIN_LIMIT 100000u /* tries before giving up on the lock (~ms) */
 
 typedef struct region_s {
-  _Atomic(uintptr_t) lo;
-  uintptr_t hi;
+  uintptr_t lo, hi;
+  uintptr_t owner; /* load address of the object that mapped it; 0 unknown */
 } region_t;
 
-static region_t regions[REGION_SLOTS];
+/* The record: blocks of ranges sorted by start, and the blocks in order, so that an insert or
+ * a removal moves at most one block's ranges (V8 alone maps a 256 KiB page at a time: a large
+ * heap is tens of thousands of ranges). Every block in `order` holds at least one range. */
+typedef struct block_s {
+  uint32_t n;
+  region_t r[BLOCK];
+} block_t;
+
+/* The record's lock: 0 free, else the owning thread's token (the address of its own TLS
+ * byte), so a signal handler nested in a recording on the same thread sees that at once. */
+static _Atomic(uintptr_t) record_lock;
+static block_t* blocks; /* BLOCKS of them, mapped at the first record */
+static uint16_t order[BLOCKS];
+static uint32_t nblocks;
+static uint16_t spare[BLOCKS]; /* blocks not in `order` */
+static uint32_t nspare;
+static size_t record_len;
 static atomic_ullong untracked;
+static __thread char thread_token __attribute__((tls_model("initial-exec")));
 
-/* libmimalloc's image, learned at its first mapping: 1 known, -1 cannot be known here. */
-static atomic_int image_known;
-static uintptr_t image_lo, image_hi;
+/* Straight to the kernel: these run inside the interposed mmap. */
+static void* raw_map(size_t bytes) {
+  return (void*)syscall(SYS_mmap, NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+}
+static void raw_unmap(void* p, size_t bytes) { syscall(SYS_munmap, p, bytes); }
 
-static bool learn_image(void) {
-  int known = atomic_load_explicit(&image_known, memory_order_acquire);
-  if (known != 0) return known > 0;
-#if MP_UNWIND_CFI
-  /* lock-free and allocation-free: safe inside the loader and in a signal handler */
-  struct dl_find_object info;
-  if (_dl_find_object((void*)(uintptr_t)&mi_version, &info) == 0) {
-    image_lo = (uintptr_t)info.dlfo_map_start;
-    image_hi = (uintptr_t)info.dlfo_map_end;
-    atomic_store_explicit(&image_known, 1, memory_order_release);
-    return true;
+static bool record_enter(void) {
+  uintptr_t me = (uintptr_t)&thread_token;
+  for (unsigned spins = 0;; spins++) {
+    uintptr_t held = atomic_load_explicit(&record_lock, memory_order_relaxed);
+    if (held == me) return false; /* nested in this thread's own recording */
+    uintptr_t expected = 0;
+    if (held == 0 && atomic_compare_exchange_weak_explicit(&record_lock, &expected, me, memory_order_acquire, memory_order_relaxed))
+      return true;
+    if (spins >= SPIN_LIMIT) return false;
+    if (spins >= 64) sched_yield();
   }
-#endif
-  atomic_store_explicit(&image_known, -1, memory_order_release);
-  return false;
 }
 
-static bool claim(region_t* r, uintptr_t expected) {
-  return atomic_compare_exchange_strong_explicit(&r->lo, &expected, BUSY, memory_order_acquire, memory_order_relaxed);
+static void record_leave(void) { atomic_store_explicit(&record_lock, 0, memory_order_release); }
+
+static bool record_init(void) {
+  if (blocks != NULL) return true;
+  void* m = raw_map(BLOCKS * sizeof(block_t));
+  if (m == MAP_FAILED) return false;
+  blocks = (block_t*)m;
+  for (uint32_t i = 0; i < BLOCKS; i++) spare[i] = (uint16_t)(BLOCKS - 1 - i);
+  nspare = BLOCKS;
+  return true;
 }
 
-static void record(uintptr_t lo, uintptr_t hi) {
-  unsigned start = (unsigned)(lo >> 21) % REGION_SLOTS;
-  for (unsigned n = 0; n < REGION_SLOTS; n++) {
-    region_t* r = &regions[(start + n) % REGION_SLOTS];
-    if (atomic_load_explicit(&r->lo, memory_order_relaxed) != EMPTY || !claim(r, EMPTY)) continue;
-    r->hi = hi;
-    atomic_store_explicit(&r->lo, lo, memory_order_release);
-    return;
+static block_t* block_at(uint32_t b) { return &blocks[order[b]]; }
+
+/* Where the first range whose end is above `addr` is, or would go: block b (nblocks when
+ * past every range), index i. */
+static void locate(uintptr_t addr, uint32_t* b_out, uint32_t* i_out) {
+  uint32_t lo = 0, hi = nblocks;
+  while (lo < hi) { /* the first block whose last range ends above addr */
+    uint32_t mid = lo + (hi - lo) / 2;
+    block_t* blk = block_at(mid);
+    if (blk->r[blk->n - 1].hi <= addr) lo = mid + 1;
+    else hi = mid;
   }
-  atomic_fetch_add_explicit(&untracked, hi - lo, memory_order_relaxed);
+  *b_out = lo;
+  *i_out = 0;
+  if (lo == nblocks) return;
+  block_t* blk = block_at(lo);
+  uint32_t l = 0, h = blk->n;
+  while (l < h) {
+    uint32_t mid = l + (h - l) / 2;
+    if (blk->r[mid].hi <= addr) l = mid + 1;
+    else h = mid;
+  }
+  *i_out = l;
 }
 
-/* [lo, hi) is no longer mimalloc's: every record loses its overlap with it. */
-static void forget(uintptr_t lo, uintptr_t hi) {
-  for (unsigned i = 0; i < REGION_SLOTS; i++) {
-    region_t* r = &regions[i];
-    for (;;) {
-      uintptr_t rlo = atomic_load_explicit(&r->lo, memory_order_acquire);
-      if (rlo <= BUSY) break; /* empty, or another thread's change (never of this range) */
-      uintptr_t rhi = r->hi;
-      if (rhi <= lo || rlo >= hi) break;
-      if (!claim(r, rlo)) continue;
-      bool left = rlo < lo, right = rhi > hi;
-      if (left) {
-        r->hi = lo;
-        atomic_store_explicit(&r->lo, rlo, memory_order_release);
-        if (right) record(hi, rhi);
-      } else if (right) {
-        atomic_store_explicit(&r->lo, hi, memory_order_release);
-      } else {
-        atomic_store_explicit(&r->lo, EMPTY, memory_order_release);
+static void drop_block(uint32_t b) {
+  spare[nspare++] = order[b];
+  memmove(&order[b], &order[b + 1], (nblocks - b - 1) * sizeof(order[0]));
+  nblocks--;
+}
+
+/* Inserts r before position (b, i) (b == nblocks: at the end). False when full. */
+static bool insert_at(uint32_t b, uint32_t i, region_t r) {
+  if (nblocks == 0) {
+    if (nspare == 0) return false;
+    order[0] = spare[--nspare];
+    nblocks = 1;
+    block_at(0)->n = 0;
+    b = 0;
+    i = 0;
+  } else if (b == nblocks) {
+    b = nblocks - 1;
+    i = block_at(b)->n;
+  }
+  block_t* blk = block_at(b);
+  if (blk->n == BLOCK) { /* split: the upper half moves to a new block after this one */
+    if (nspare == 0) return false;
+    uint16_t fresh = spare[--nspare];
+    block_t* upper = &blocks[fresh];
+    upper->n = BLOCK / 2;
+    memcpy(upper->r, &blk->r[BLOCK / 2], (BLOCK / 2) * sizeof(region_t));
+    blk->n = BLOCK / 2;
+    memmove(&order[b + 2], &order[b + 1], (nblocks - b - 1) * sizeof(order[0]));
+    order[b + 1] = fresh;
+    nblocks++;
+    if (i > BLOCK / 2) {
+      blk = upper;
+      i -= BLOCK / 2;
+    }
+  }
+  memmove(&blk->r[i + 1], &blk->r[i], (blk->n - i) * sizeof(region_t));
+  blk->r[i] = r;
+  blk->n++;
+  record_len++;
+  return true;
+}
+
+/* Under the lock: no range keeps any part of [lo, hi). */
+static void cut(uintptr_t lo, uintptr_t hi) {
+  uint32_t b, i;
+  locate(lo, &b, &i);
+  while (b < nblocks) {
+    block_t* blk = block_at(b);
+    if (i == blk->n) {
+      b++;
+      i = 0;
+      continue;
+    }
+    region_t r = blk->r[i];
+    if (r.lo >= hi) return;
+    if (r.lo < lo && r.hi > hi) { /* [lo, hi) inside: split */
+      blk->r[i].hi = lo;
+      if (!insert_at(b, i + 1, (region_t){.lo = hi, .hi = r.hi, .owner = r.owner}))
+        atomic_fetch_add_explicit(&untracked, r.hi - hi, memory_order_relaxed);
+      return;
+    }
+    if (r.lo < lo) {
+      blk->r[i].hi = lo;
+      i++;
+    } else if (r.hi > hi) {
+      blk->r[i].lo = hi;
+      return;
+    } else {
+      memmove(&blk->r[i], &blk->r[i + 1], (blk->n - i - 1) * sizeof(region_t));
+      blk->n--;
+      record_len--;
+      if (blk->n == 0) {
+        drop_block(b);
+        i = 0;
       }
-      break;
     }
   }
 }
 
+/* Debug builds: the record's invariants (sorted, disjoint, no empty block, counts agree):
+ * the blocks' bounds at every change, every range at every 64th. */
+static void record_check(void) {
+#if MP_DEBUG
+  static unsigned calls;
+  bool full = (++calls & 63) == 0;
+  size_t total = 0;
+  uintptr_t last = 0;
+  for (uint32_t b = 0; b < nblocks; b++) {
+    block_t* blk = block_at(b);
+    mp_assert(blk->n > 0 && blk->n <= BLOCK);
+    mp_assert(blk->r[0].lo >= last && blk->r[0].lo < blk->r[blk->n - 1].hi);
+    if (full)
+      for (uint32_t i = 0; i < blk->n; i++) {
+        mp_assert(blk->r[i].lo < blk->r[i].hi && blk->r[i].lo >= last);
+        last = blk->r[i].hi;
+      }
+    last = blk->r[blk->n - 1].hi;
+    total += blk->n;
+  }
+  mp_assert(total == record_len && nblocks + nspare == BLOCKS);
+#endif
+}
+
+static uintptr_t owner_of(const void* caller) {
+#if MP_UNWIND_CFI
+  /* lock-free and allocation-free: safe inside the loader and in a signal handler */
+  struct dl_find_object info;
+  if (_dl_find_object((void*)caller, &info) == 0) return (uintptr_t)info.dlfo_map_start;
+#else
+  (void)caller;
+#endif
+  return 0;
+}
+
 void mp_resident_mapped(void* p, size_t len, int flags, const void* caller) {
   if (p == MAP_FAILED || len == 0) return;
-  uintptr_t lo = (uintptr_t)p, hi = lo + len;
-  if ((flags & MAP_FIXED) != 0) forget(lo, hi);
-  if (learn_image() && (uintptr_t)caller - image_lo < image_hi - image_lo) record(lo, hi);
+  /* Private anonymous memory only: files and shared memory are named in /proc/self/smaps,
+   * where the breakdown counts them. A new mapping replaces whatever the record still had
+   * there, MAP_FIXED or not (a stale range, see the invariants). */
+  bool anonymous = (flags & MAP_ANONYMOUS) != 0 && (flags & MAP_SHARED) == 0;
+  uintptr_t lo = (uintptr_t)p, hi = lo + len, owner = anonymous ? owner_of(caller) : 0;
+  if (!record_enter()) {
+    if (anonymous) atomic_fetch_add_explicit(&untracked, len, memory_order_relaxed);
+    return;
+  }
+  if (!anonymous) {
+    if (blocks != NULL) cut(lo, hi);
+    record_leave();
+    return;
+  }
+  if (record_init()) {
+    cut(lo, hi);
+    uint32_t b, i;
+    locate(lo, &b, &i);
+    if (!insert_at(b, i, (region_t){.lo = lo, .hi = hi, .owner = owner}))
+      atomic_fetch_add_explicit(&untracked, len, memory_order_relaxed);
+    record_check();
+  } else {
+    atomic_fetch_add_explicit(&untracked, len, memory_order_relaxed);
+  }
+  record_leave();
 }
+
+#ifdef MP_TEST_HOOKS
+static int no_cut = -1; /* MP_TEST_RECORD_NO_CUT: munmap leaves the record alone (the model test's control) */
+#endif
 
 void mp_resident_unmapped(void* p, size_t len) {
-  if (len == 0) return;
-  forget((uintptr_t)p, (uintptr_t)p + len);
+#ifdef MP_TEST_HOOKS
+  if (no_cut < 0) no_cut = mp_test_hook("MP_TEST_RECORD_NO_CUT") ? 1 : 0;
+  if (no_cut == 1) return;
+#endif
+  if (len == 0 || blocks == NULL || !record_enter()) return;
+  cut((uintptr_t)p, (uintptr_t)p + len);
+  record_check();
+  record_leave();
 }
 
-/* Resident bytes of [lo, hi): mincore over page-aligned steps. A range unmapped meanwhile
- * counts what was resident before it went. */
+static __thread bool forking __attribute__((tls_model("initial-exec"))); /* this thread's fork holds the record */
+void mp_resident_fork_prepare(void) { forking = record_enter(); }
+void mp_resident_fork_parent(void) {
+  if (forking) record_leave();
+}
+void mp_resident_fork_child(void) { atomic_store_explicit(&record_lock, 0, memory_order_relaxed); }
+
+/* Resident bytes of [lo, hi) by mincore, page-aligned steps of at most vec_len pages. A range
+ * unmapped meanwhile counts what mincore saw of it. */
 static uint64_t resident_in(uintptr_t lo, uintptr_t hi, unsigned char* vec, size_t vec_len, size_t page) {
   uint64_t bytes = 0;
   lo &= ~(page - 1);
@@ -133,6 +302,61 @@ static uint64_t resident_in(uintptr_t lo, uintptr_t hi, unsigned char* vec, size
 
 #define VEC_LEN ((size_t)1 << 16) /* pages per mincore call: 256 MiB of 4 KiB pages */
 
+/* The record, copied out (with the lock released afterwards); *len ranges. NULL if empty or
+ * unavailable. Free with raw_unmap(copy, bytes). */
+static region_t* copy_record(size_t* len, size_t* bytes) {
+  *len = 0;
+  *bytes = 0;
+  if (blocks == NULL || !record_enter()) return NULL;
+  size_t size = (record_len > 0 ? record_len : 1) * sizeof(region_t);
+  region_t* copy = raw_map(size);
+  if (copy != MAP_FAILED) {
+    size_t n = 0;
+    for (uint32_t b = 0; b < nblocks; b++) {
+      memcpy(&copy[n], block_at(b)->r, block_at(b)->n * sizeof(region_t));
+      n += block_at(b)->n;
+    }
+    *len = n;
+    *bytes = size;
+  }
+  record_leave();
+  return copy == MAP_FAILED ? NULL : copy;
+}
+
+size_t mi_prof_mapping_owners(mi_prof_mapping_owner_t* out, size_t cap) {
+  size_t n, bytes;
+  region_t* regions = copy_record(&n, &bytes);
+  if (regions == NULL) return 0;
+  unsigned char* vec = raw_map(VEC_LEN);
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  size_t owners = 0;
+  uintptr_t arena_lo, arena_size;
+  mp_arena_range(&arena_lo, &arena_size);
+  uintptr_t arena_hi = arena_lo + arena_size;
+  for (size_t i = 0; i < n; i++) {
+    size_t k = 0;
+    while (k < owners && k < cap && out[k].object != regions[i].owner) k++;
+    if (k == owners) {
+      owners++;
+      if (k >= cap) continue; /* counted, not described */
+      out[k] = (mi_prof_mapping_owner_t){.object = regions[i].owner};
+    }
+    if (k >= cap) continue;
+    out[k].regions++;
+    /* the sample arena is told apart (mi_prof_resident_t): mimalloc remaps parts of it */
+    uintptr_t parts[2][2] = {{regions[i].lo, regions[i].hi < arena_lo ? regions[i].hi : arena_lo},
+                             {regions[i].lo > arena_hi ? regions[i].lo : arena_hi, regions[i].hi}};
+    for (int j = 0; j < 2; j++) {
+      if (parts[j][0] >= parts[j][1]) continue;
+      out[k].mapped += parts[j][1] - parts[j][0];
+      if (vec != MAP_FAILED) out[k].resident += resident_in(parts[j][0], parts[j][1], vec, VEC_LEN, page);
+    }
+  }
+  if (vec != MAP_FAILED) raw_unmap(vec, VEC_LEN);
+  raw_unmap(regions, bytes);
+  return owners;
+}
+
 bool mi_prof_resident_get(mi_prof_resident_t* out) {
   if (out == NULL || out->size != sizeof(*out) || out->version != MI_PROF_RESIDENT_VERSION) {
     errno = EINVAL;
@@ -140,23 +364,24 @@ bool mi_prof_resident_get(mi_prof_resident_t* out) {
   }
   uint32_t size = out->size, version = out->version;
   *out = (mi_prof_resident_t){.size = size, .version = version};
-  size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  unsigned char* vec = mmap(NULL, VEC_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (vec == MAP_FAILED) return false;
-  out->allocator_known = atomic_load_explicit(&image_known, memory_order_acquire) > 0;
-  for (unsigned i = 0; i < REGION_SLOTS; i++) {
-    uintptr_t lo = atomic_load_explicit(&regions[i].lo, memory_order_acquire);
-    if (lo <= BUSY) continue;
-    uintptr_t hi = regions[i].hi;
-    if (atomic_load_explicit(&regions[i].lo, memory_order_acquire) != lo || hi <= lo) continue;
-    out->allocator_mapped += hi - lo;
-    out->allocator_resident += resident_in(lo, hi, vec, VEC_LEN, page);
+  uintptr_t mimalloc = owner_of((const void*)(uintptr_t)&mi_version);
+  out->allocator_known = mimalloc != 0;
+  mi_prof_mapping_owner_t owners[64];
+  size_t n = mi_prof_mapping_owners(owners, 64);
+  for (size_t i = 0; i < n && i < 64; i++) {
+    if (owners[i].object != mimalloc || mimalloc == 0) continue;
+    out->allocator_mapped = owners[i].mapped;
+    out->allocator_resident = owners[i].resident;
   }
-  out->allocator_untracked = atomic_load_explicit(&untracked, memory_order_relaxed);
+  out->untracked = atomic_load_explicit(&untracked, memory_order_relaxed);
   uintptr_t arena_lo, arena_size;
   mp_arena_range(&arena_lo, &arena_size);
-  if (arena_size > 0) out->arena_resident = resident_in(arena_lo, arena_lo + arena_size, vec, VEC_LEN, page);
+  unsigned char* vec = raw_map(VEC_LEN);
+  if (arena_size > 0 && vec != MAP_FAILED) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    out->arena_resident = resident_in(arena_lo, arena_lo + arena_size, vec, VEC_LEN, page);
+  }
+  if (vec != MAP_FAILED) raw_unmap(vec, VEC_LEN);
   out->profiler_bytes = mp_os_bytes();
-  munmap(vec, VEC_LEN);
   return true;
 }

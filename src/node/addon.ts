@@ -26,16 +26,19 @@ export interface NativeAddon {
   resident(): NativeResident | null;
 }
 
-/** The addon's resident object (mi_prof_resident_t, numbers). */
+/** The addon's resident object (mi_prof_resident_t and mi_prof_mapping_owners, numbers). */
 export interface NativeResident {
   /** false: mimalloc's mappings cannot be told apart here (glibc < 2.35, not x86-64). */
   allocatorKnown: boolean;
   allocatorMapped: number;
   allocatorResident: number;
-  allocatorUntracked: number;
+  /** Bytes mapped that the record could not take. */
+  untracked: number;
   /** Resident in the sample arena, where sampled blocks live. */
   arenaResident: number;
   profilerBytes: number;
+  /** Who mapped the recorded memory: each owner object by its load address ("0x…"; "0x0" unknown). */
+  owners: { object: string; mapped: number; resident: number; regions: number }[];
 }
 
 /** The addon's stats object (mi_prof_stats_t, numbers). */

@@ -1,20 +1,23 @@
 /**
  * Measures the RSS breakdown (src/profile/rss.ts) of this process, on the thread whose V8
- * heap it reports (the application's). Each part from its own source:
+ * heap statistics it adds (the application's). Each part from its own source:
  *  - RSS, code and mapped files: /proc/self/smaps (Rss of every mapping; file-backed ones and
  *    the kernel's [vdso]-like ones are code and files);
  *  - thread stacks: the mappings holding a thread's stack pointer, read from
  *    /proc/self/task/<tid>/syscall (threads blocked in a system call, which is where a
  *    process's other threads are when it is measured), and the main thread's [stack];
- *  - V8 heap: v8.getHeapStatistics() (total_physical_size resident, used, total committed);
+ *  - V8 and Node, mimalloc, the profiler, other libraries: the anonymous memory each of them
+ *    mapped, resident now (the preload library's record of who mapped what,
+ *    native/src/resident.c): V8's heaps of every isolate (the profiling worker's and the
+ *    program's worker_threads' too) with the pages it keeps pooled, JIT code, wasm memory;
+ *    V8's statistics of this thread's heap add used and committed;
  *  - native in use: the profiler's estimate and its standard error (exact counters where
- *    memory events are on);
- *  - mimalloc's resident memory and the profiler's: the preload library
- *    (mi_prof_resident_get: mimalloc's mappings recorded as it makes them, resident bytes
- *    from mincore).
- * What is left is `other`. V8 heaps of worker_threads' isolates fall there.
+ *    memory events are on); mimalloc's resident memory beyond it is the allocator's overhead.
+ * What is left is `other`: memory mapped without libc's mmap (glibc's thread stacks of running
+ * threads, the loader, raw system calls).
  */
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, realpathSync } from 'node:fs';
+import { basename } from 'node:path';
 import { getHeapStatistics } from 'node:v8';
 
 import type { RssBreakdown } from '../profile/rss.js' with { 'resolution-mode': 'import' };
@@ -69,12 +72,58 @@ function threadStackPointers(): bigint[] {
 
 const isKernelMapping = (path: string) => path === '[vdso]' || path === '[vvar]' || path === '[vvar_vclock]' || path === '[vsyscall]';
 
-/** The breakdown now. Throws when the preload library's figures cannot be read. */
+type Owner = 'runtime' | 'allocator' | 'profiler' | 'library';
+
+/** What an owner object of mappings is, by its file. */
+function ownerKind(path: string, executable: string): Owner {
+  const name = basename(path);
+  if (path === executable || /^libnode\.so/.test(name)) return 'runtime';
+  if (/^libmimalloc-pprof\.so/.test(name)) return 'profiler';
+  if (/^libmimalloc(-secure)?\.so/.test(name)) return 'allocator';
+  return 'library';
+}
+
+function realExecutable(): string {
+  try {
+    return realpathSync(process.execPath);
+  } catch {
+    return process.execPath;
+  }
+}
+
+/** Total resident bytes, from the kernel's one-line summary. */
+function rollupRss(): number {
+  const m = /^Rss:\s+(\d+) kB/m.exec(readFileSync('/proc/self/smaps_rollup', 'utf8'));
+  return m ? Number(m[1]) * 1024 : NaN;
+}
+
+/** How far RSS may move while the parts are read before they are read again. */
+const SETTLED = 0.005;
+const TRIES = 4;
+
+/**
+ * The breakdown now. Throws when the preload library's figures cannot be read. The mappings
+ * and the owners' resident bytes are read one after the other, a few milliseconds apart;
+ * memory freed or touched in between (mimalloc returning freed pages, a collection) would
+ * land in `other`, so the reading is taken again, up to TRIES times, until RSS moved by less
+ * than SETTLED of itself meanwhile; the steadiest is kept.
+ */
 export function measureRss(addon: NativeAddon): RssBreakdown {
-  const maps = parseSmaps(readFileSync('/proc/self/smaps', 'utf8'));
-  const sps = threadStackPointers();
+  let best: { b: RssBreakdown; moved: number } | undefined;
+  for (let i = 0; i < TRIES; i++) {
+    const b = measureOnce(addon);
+    const moved = Math.abs(rollupRss() - b.rss) / b.rss;
+    if (!best || moved < best.moved) best = { b, moved };
+    if (!(moved > SETTLED)) break; // NaN (no smaps_rollup) stops too
+  }
+  return best!.b;
+}
+
+function measureOnce(addon: NativeAddon): RssBreakdown {
   const heap = getHeapStatistics();
   const stats = addon.stats();
+  const sps = threadStackPointers();
+  const maps = parseSmaps(readFileSync('/proc/self/smaps', 'utf8'));
   const resident = addon.resident();
   let rss = 0;
   let code = 0;
@@ -84,26 +133,40 @@ export function measureRss(addon: NativeAddon): RssBreakdown {
     if (m.path.startsWith('/') || isKernelMapping(m.path)) code += m.rss;
     else if (m.path === '[stack]' || sps.some((sp) => sp >= m.lo && sp < m.hi)) stacks += m.rss;
   }
+  // who mapped the rest (native/src/resident.c): each owner object by the file mapped at its
+  // load address
+  const executable = realExecutable();
+  const byOwner: Record<Owner, number> = { runtime: 0, allocator: 0, profiler: 0, library: 0 };
+  const libraries = new Map<string, number>();
+  for (const o of resident?.owners ?? []) {
+    const at = BigInt(o.object);
+    const path = at === 0n ? '' : (maps.find((m) => m.lo === at)?.path ?? '');
+    const kind = path === '' ? 'library' : ownerKind(path, executable);
+    byOwner[kind] += o.resident;
+    if (kind === 'library') libraries.set(path === '' ? '(unknown)' : basename(path), (libraries.get(path === '' ? '(unknown)' : basename(path)) ?? 0) + o.resident);
+  }
   const exact = stats.memoryEvents ? stats.exactLiveBytes : undefined;
   const inUse = exact ?? stats.estimatedLiveBytes;
   const sampled = stats.liveSampledBytes;
-  const known = resident !== null && resident.allocatorKnown;
-  const tables = resident?.profilerBytes ?? stats.profilerBytes;
   const arena = resident?.arenaResident ?? 0;
-  const profiler = tables + Math.max(0, arena - sampled);
-  const v8Resident = heap.total_physical_size;
+  const known = resident !== null && resident.allocatorKnown && byOwner.runtime > 0;
+  // the arena holds the sampled blocks (native memory in use) and, beyond them, the profiler's
+  const profiler = (known ? byOwner.profiler : stats.profilerBytes) + Math.max(0, arena - sampled);
+  // without owners (glibc < 2.35): V8's figure for this thread's heap stands in for the runtime
+  const runtime = known ? byOwner.runtime : heap.total_physical_size;
   const accounted = known
-    ? v8Resident + resident.allocatorResident + tables + arena + code + stacks
-    : v8Resident + inUse + profiler + code + stacks;
+    ? byOwner.runtime + byOwner.allocator + byOwner.profiler + byOwner.library + arena + code + stacks
+    : runtime + inUse + profiler + code + stacks;
   return {
     rss,
-    v8Resident,
+    runtime,
     v8Used: heap.used_heap_size,
     v8Committed: heap.total_heap_size,
     nativeInUse: stats.estimatedLiveBytes,
     nativeStdError: stats.estimatedLiveBytesStdError ?? 0,
     ...(exact !== undefined ? { nativeExact: exact } : {}),
-    ...(known ? { allocatorOverhead: resident.allocatorResident + Math.min(arena, sampled) - inUse } : {}),
+    ...(known ? { allocatorOverhead: byOwner.allocator + Math.min(arena, sampled) - inUse, libraries: byOwner.library } : {}),
+    ...(libraries.size > 0 ? { libraryNames: [...libraries].sort((a, b) => b[1] - a[1]).map(([name, bytes]) => ({ name, bytes })) } : {}),
     profiler,
     code,
     stacks,

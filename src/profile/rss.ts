@@ -1,7 +1,8 @@
 /**
- * The resident set of a Node process, accounted for: which part of RSS is the V8 heap, the
- * native memory in use, what the allocator holds beyond it, the profiler, code and mapped
- * files, thread stacks, and what none of these claims. Every part but `other` is measured on
+ * The resident set of a Node process, accounted for: which part of RSS is V8 and Node (the
+ * JavaScript heaps), the native memory in use, what the allocator holds beyond it, what
+ * libraries mapped themselves, the profiler, code and mapped files, thread stacks, and what
+ * none of these claims. Every part but `other` is measured on
  * its own (src/node/rss.ts says how), so `other` — RSS less the parts — tells how complete
  * the account is: a few percent of RSS on a Node process whose memory comes from its heaps.
  *
@@ -13,8 +14,10 @@ import type { Profile } from 'pprof-format';
 export interface RssBreakdown {
   /** The resident set: the sum of /proc/self/smaps' Rss. */
   rss: number;
-  /** V8's heap of the measuring thread's isolate: resident (in the sum), used and committed. */
-  v8Resident: number;
+  /** V8 and Node: the memory the runtime mapped (every isolate's heap, JIT code, wasm
+   * memory), resident. Where owners cannot be told apart, V8's figure for one heap. */
+  runtime: number;
+  /** V8's heap of the measuring thread's isolate: used and committed (not in the sum). */
   v8Used: number;
   v8Committed: number;
   /** Native memory in use: the profiler's estimate (in the sum unless `nativeExact` is set). */
@@ -26,6 +29,11 @@ export interface RssBreakdown {
   /** mimalloc's resident memory less the native memory in use (free pages and blocks it
    * keeps); undefined where mimalloc's mappings cannot be told apart (then in `other`). */
   allocatorOverhead?: number;
+  /** Memory other libraries (addons included) mapped themselves, resident; undefined where
+   * owners cannot be told apart (then in `other`). */
+  libraries?: number;
+  /** The same by library, largest first (not carried in a profile's comment). */
+  libraryNames?: { name: string; bytes: number }[];
   /** The profiler's own memory: its tables, and the sample arena beyond its live blocks. */
   profiler: number;
   /** File-backed mappings: executables, libraries, mapped files. */
@@ -38,13 +46,14 @@ export interface RssBreakdown {
 
 const KEYS: readonly (keyof RssBreakdown)[] = [
   'rss',
-  'v8Resident',
+  'runtime',
   'v8Used',
   'v8Committed',
   'nativeInUse',
   'nativeStdError',
   'nativeExact',
   'allocatorOverhead',
+  'libraries',
   'profiler',
   'code',
   'stacks',
@@ -55,9 +64,10 @@ const PREFIX = 'rss_breakdown:';
 /** The parts that add up to `rss` (with `other`). */
 export function rssParts(b: RssBreakdown): { name: string; bytes: number }[] {
   const parts = [
-    { name: 'V8 heap', bytes: b.v8Resident },
+    { name: 'V8 and Node', bytes: b.runtime },
     { name: 'native in use', bytes: b.nativeExact ?? b.nativeInUse },
     ...(b.allocatorOverhead !== undefined ? [{ name: 'allocator overhead', bytes: b.allocatorOverhead }] : []),
+    ...(b.libraries !== undefined ? [{ name: 'libraries', bytes: b.libraries }] : []),
     { name: 'profiler', bytes: b.profiler },
     { name: 'code and mapped files', bytes: b.code },
     { name: 'thread stacks', bytes: b.stacks },
@@ -66,7 +76,7 @@ export function rssParts(b: RssBreakdown): { name: string; bytes: number }[] {
 }
 
 export function formatRssComment(b: RssBreakdown): string {
-  const pairs = KEYS.filter((k) => b[k] !== undefined).map((k) => `${k}=${Math.round(b[k] as number)}`);
+  const pairs = KEYS.filter((k) => typeof b[k] === 'number').map((k) => `${k}=${Math.round(b[k] as number)}`);
   return `${PREFIX} ${pairs.join(' ')}`;
 }
 
@@ -80,7 +90,8 @@ export function parseRssBreakdown(profile: Profile): RssBreakdown | undefined {
       const m = /^(\w+)=(-?\d+)$/.exec(pair);
       if (m) values.set(m[1]!, Number(m[2]));
     }
-    const required = KEYS.filter((k) => k !== 'nativeExact' && k !== 'allocatorOverhead');
+    const optional: (keyof RssBreakdown)[] = ['nativeExact', 'allocatorOverhead', 'libraries'];
+    const required = KEYS.filter((k) => !optional.includes(k));
     if (!required.every((k) => values.has(k))) return undefined;
     return Object.fromEntries(KEYS.filter((k) => values.has(k)).map((k) => [k, values.get(k)!])) as unknown as RssBreakdown;
   }
@@ -91,7 +102,8 @@ export function parseRssBreakdown(profile: Profile): RssBreakdown | undefined {
 export function formatRssLines(b: RssBreakdown, human: (n: number) => string): string[] {
   const pct = (n: number) => (b.rss > 0 ? `${((100 * n) / b.rss).toFixed(1)}%` : '');
   const notes: Record<string, string> = {
-    'V8 heap': `resident; ${human(b.v8Used)} used of ${human(b.v8Committed)} committed`,
+    'V8 and Node': `the runtime's heaps and code; the main heap: ${human(b.v8Used)} used of ${human(b.v8Committed)} committed`,
+    libraries: `mapped by libraries themselves${b.libraryNames?.length ? `: ${b.libraryNames.slice(0, 3).map((l) => `${l.name} ${human(l.bytes)}`).join(', ')}` : ''}`,
     'native in use':
       b.nativeExact !== undefined
         ? `exact (memory events); the estimate is ${human(b.nativeInUse)} ± ${human(b.nativeStdError)}`
@@ -100,7 +112,7 @@ export function formatRssLines(b: RssBreakdown, human: (n: number) => string): s
     profiler: 'its tables and the sample arena beyond its live blocks',
     'code and mapped files': 'executables, libraries, mapped files',
     'thread stacks': '',
-    other: b.allocatorOverhead === undefined ? "anything else, mimalloc's free memory included (not told apart here)" : 'what no part above claims',
+    other: b.allocatorOverhead === undefined ? "anything else, mimalloc's free memory included (not told apart here)" : 'mapped without libc (the loader, raw system calls)',
   };
   return rssParts(b).map(
     (p) => `${human(p.bytes).padStart(10)} ${pct(p.bytes).padStart(6)}  ${p.name.padEnd(22)} ${notes[p.name] ?? ''}`.trimEnd(),

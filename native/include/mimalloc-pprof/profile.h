@@ -123,26 +123,39 @@ typedef struct mi_prof_stats_s {
  * Relaxed reads: a consistent snapshot of each figure, not a consistent cut across them. */
 mi_prof_export mi_prof_nodiscard bool mi_prof_stats_get(mi_prof_stats_t* stats);
 
-/* ---- where the resident memory is: mimalloc's part of it ----
- * mimalloc's mappings are recorded as it makes them (it maps through libc's mmap, which the
- * library interposes); their resident bytes are asked of the kernel (mincore) on each call.
- * With glibc < 2.35 or off x86-64 the mappings cannot be told apart: allocator_known false. */
+/* ---- who mapped the memory, and how much of it is resident ----
+ * Every mapping made through libc's mmap (which the library interposes) is recorded with its
+ * owner, the object whose code asked for it; munmap takes it out. Resident bytes are asked
+ * of the kernel (mincore) on each call, which costs one system call per 256 MiB of recorded
+ * address space. With glibc < 2.35 or off x86-64 owners are unknown (object 0) and mimalloc's
+ * part cannot be told apart (allocator_known false). */
+typedef struct mi_prof_mapping_owner_s {
+  uintptr_t object;   /* the owner's load address (its first mapping's start); 0 unknown */
+  uint64_t mapped;    /* bytes of address space it mapped and still holds */
+  uint64_t resident;  /* of which resident now */
+  uint64_t regions;   /* recorded ranges */
+} mi_prof_mapping_owner_t;
+
+/* Describes up to `cap` owners in `owners`; returns how many it described, or cap + 1 when
+ * there were more (left out). The sample arena is not in these figures. */
+mi_prof_export size_t mi_prof_mapping_owners(mi_prof_mapping_owner_t* owners, size_t cap);
+
 #define MI_PROF_RESIDENT_VERSION 1u
 
 typedef struct mi_prof_resident_s {
   uint32_t size;                 /* set by the caller: sizeof(mi_prof_resident_t) */
   uint32_t version;              /* set by the caller: MI_PROF_RESIDENT_VERSION */
   bool allocator_known;          /* false: the allocator_* figures are not available */
-  uint64_t allocator_mapped;     /* bytes of address space mimalloc holds from the OS */
+  uint64_t allocator_mapped;     /* address space mimalloc holds from the OS (arena excluded) */
   uint64_t allocator_resident;   /* of which resident now */
-  uint64_t allocator_untracked;  /* mapped beyond the record's capacity (not in the above) */
+  uint64_t untracked;            /* bytes mapped that the record could not take (full, or
+                                    mapped inside a signal handler that interrupted a recording) */
   uint64_t arena_resident;       /* resident in the sample arena (sampled blocks live there) */
   uint64_t profiler_bytes;       /* the profiler's own tables (OS memory held) */
 } mi_prof_resident_t;
 
 /* Fills `resident` (whose size and version the caller sets). False on unknown size/version
- * (errno EINVAL) or when no scratch memory could be mapped. Takes no lock; costs one
- * mincore call per 256 MiB of mimalloc's and the arena's address space. */
+ * (errno EINVAL). */
 mi_prof_export mi_prof_nodiscard bool mi_prof_resident_get(mi_prof_resident_t* resident);
 
 /* ---- libuv's thread pool (Node): work charged to the stack that queued it ----
