@@ -259,16 +259,22 @@ unsigned mp_pool_append(uintptr_t* frames, unsigned depth, unsigned max) {
  * JavaScript between them runs in. */
 static uintptr_t exe_lo, exe_hi;
 
+/* Every executable segment of the executable, from the lowest to the highest: Node's binary
+ * has more than one (a few KiB of start-up code before the text of libuv, Node and V8). */
 static int find_exe(struct dl_phdr_info* info, size_t size, void* arg) {
   (void)size;
   (void)arg;
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
   for (int i = 0; i < info->dlpi_phnum; i++) {
     const ElfW(Phdr)* ph = &info->dlpi_phdr[i];
-    if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X) != 0) {
-      exe_lo = info->dlpi_addr + ph->p_vaddr;
-      exe_hi = exe_lo + ph->p_memsz;
-      return 1;
-    }
+    if (ph->p_type != PT_LOAD || (ph->p_flags & PF_X) == 0) continue;
+    uintptr_t start = info->dlpi_addr + ph->p_vaddr;
+    if (start < lo) lo = start;
+    if (start + ph->p_memsz > hi) hi = start + ph->p_memsz;
+  }
+  if (hi > lo) {
+    exe_lo = lo;
+    exe_hi = hi;
   }
   return 1; /* the first object is the executable */
 }

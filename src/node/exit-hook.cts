@@ -81,8 +81,10 @@ function install(addon: Addon, runDir: string): void {
         gc?.();
         gc?.();
       }
-      // the resident set accounted for, as the dump sees it (src/node/rss.cts); run puts it in
-      // the profile's comments and prints it
+      addon.dump(join(runDir, `raw.${process.pid}.pb`), 'proto');
+      // the resident set accounted for, right after the dump (src/node/rss.cts; reading it
+      // allocates, which may run a scavenge that --no-gc's profile must not see); run puts it
+      // in the profile's comments and prints it
       try {
         // eslint-disable-next-line @typescript-eslint/no-require-imports
         const { measureRss } = require('./rss.cjs') as typeof import('./rss.cjs');
@@ -90,7 +92,6 @@ function install(addon: Addon, runDir: string): void {
       } catch {
         // /proc unreadable: the profile goes without its breakdown
       }
-      addon.dump(join(runDir, `raw.${process.pid}.pb`), 'proto');
       // after the native dump: reading V8's sampling profile collects garbage (--no-gc's
       // native profile must not see that), and its own allocations are not the program's
       const js = jsHeap?.();
