@@ -10,6 +10,7 @@
 //    pprofHandler start it): node-mix's workload (bench/fixtures/js-heap-mix.mjs).
 //
 //   node bench/node-features.mjs [--quick] [--json] [--write] [--blocks=N]
+import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -83,6 +84,26 @@ const items = await measure('pool-items.mjs', String(itemCount), {
   nocapture: { MIMALLOC_PPROF_POOL: '1', MP_TEST_POOL_NO_CAPTURE: '1' },
   on: { MIMALLOC_PPROF_POOL: '1' },
 });
+// The poster's own time per wrapped item (the wrap under the pool's mutex and the stack
+// capture after it), timed inside the library (test-hooks build, MP_TEST_POOL_TIMING=1): what
+// the watch itself costs, apart from what a slower poster does to the pool's scheduling.
+function posterNs(fixture, arg) {
+  const runs = [];
+  for (let i = 0; i < (quick ? 1 : 7); i++) {
+    const r = spawnSync(process.execPath, [join(root, 'bench', 'fixtures', fixture), arg], {
+      cwd: work,
+      encoding: 'utf8',
+      env: { ...process.env, LD_PRELOAD: hooks, MIMALLOC_PROF: '1', MP_TEST_POOL_TIMING: '1' },
+    });
+    const m = /mp_pool_timing items=(\d+) ns=(\d+)/.exec(r.stderr ?? '');
+    if (r.status !== 0 || !m || Number(m[1]) === 0) die(`${fixture}: no timing (status ${r.status}): ${(r.stderr ?? '').slice(-300)}`);
+    runs.push(Number(m[2]) / Number(m[1]));
+  }
+  runs.sort((a, b) => a - b);
+  return { median: runs[Math.floor(runs.length / 2)], min: runs[0], max: runs[runs.length - 1], runs: runs.length };
+}
+const posterItems = posterNs('pool-items.mjs', String(itemCount));
+const posterChunks = posterNs('zlib-chunks.mjs', quick ? '500' : '20000');
 // the JavaScript heap sampler: measured with the production library again
 delete process.env.MIMALLOC_PPROF_LIB;
 const jsHeap = await measure('js-heap-mix.mjs', quick ? '1' : '15', { off: { JS_HEAP: '0' }, on: { JS_HEAP: '1' } });
@@ -102,8 +123,10 @@ const lines = [
   row('JavaScript heap sampling', jsHeap),
   '',
   `CPU per queued item (the arms' median differences over ${itemCount} fs.stat, each queued from a completion): ${perItemNs.toFixed(0)} ns in all, of which the stack capture ${captureNs.toFixed(0)} ns (against the test-hooks arm that tracks items without it) and the tracking ${trackingNs.toFixed(0)} ns.`,
+  '',
+  `The poster's own time per queued item (wrap + stack capture, timed inside the library, median of ${posterItems.runs} runs): **${posterItems.median.toFixed(0)} ns** on fs.stat from completions (${posterItems.min.toFixed(0)}–${posterItems.max.toFixed(0)}), **${posterChunks.median.toFixed(0)} ns** on deflate chunks (${posterChunks.min.toFixed(0)}–${posterChunks.max.toFixed(0)}); each includes two clock readings.`,
 ];
-if (args.includes('--json')) console.log(JSON.stringify({ blocks, figures: chunks.figures, items: items.figures, jsHeap: jsHeap.figures, perItemNs, captureNs, trackingNs }, null, 2));
+if (args.includes('--json')) console.log(JSON.stringify({ blocks, figures: chunks.figures, items: items.figures, jsHeap: jsHeap.figures, perItemNs, captureNs, trackingNs, posterItemsNs: posterItems.median, posterChunksNs: posterChunks.median }, null, 2));
 else console.log(lines.join('\n'));
 if (write) {
   const readme = join(root, 'bench', 'README.md');

@@ -32,11 +32,40 @@ static const char* find_env(const char* name) {
 }
 
 #ifdef MP_TEST_HOOKS
-bool mp_test_hook(const char* name) {
+static bool hook_lookup(const char* name) {
   size_t n = mp_strlen(name);
   for (char** e = environ; e != NULL && *e != NULL; e++)
     if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return (*e)[n + 1] != 0 && strcmp(*e + n + 1, "0") != 0;
   return false;
+}
+
+/* Read once per name (by the literal's address): some hooks sit on the sampling and capture
+ * paths, where scanning the environment each time would make the test-hooks build's timings
+ * (bench/node-features.mjs) say nothing about the production build's. Races only repeat the
+ * same lookup. */
+#define HOOK_CACHE 32
+static struct {
+  _Atomic(const char*) name;
+  atomic_int value; /* 0 unknown, 1 false, 2 true */
+} hook_cache[HOOK_CACHE];
+
+bool mp_test_hook(const char* name) {
+  for (unsigned i = 0; i < HOOK_CACHE; i++) {
+    const char* at = atomic_load_explicit(&hook_cache[i].name, memory_order_acquire);
+    if (at == name) {
+      int v = atomic_load_explicit(&hook_cache[i].value, memory_order_relaxed);
+      if (v != 0) return v == 2;
+      break;
+    }
+    if (at == NULL) {
+      const char* expected = NULL;
+      if (!atomic_compare_exchange_strong(&hook_cache[i].name, &expected, name) && expected != name) continue;
+      bool on = hook_lookup(name);
+      atomic_store_explicit(&hook_cache[i].value, on ? 2 : 1, memory_order_relaxed);
+      return on;
+    }
+  }
+  return hook_lookup(name);
 }
 #endif
 

@@ -360,12 +360,40 @@ static void learn(void* mutex) {
   probe_node = NULL;
 }
 
+#ifdef MP_TEST_HOOKS
+/* Test builds: MP_TEST_POOL_TIMING=1 times the poster's part of each wrapped item (the wrap
+ * under the pool's mutex, and the capture after it) with the monotonic clock, and prints the
+ * totals at exit: bench/node-features.mjs's ns per queued item, free of what the extra time
+ * does to the pool's scheduling. */
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+static int timing = -1;
+static atomic_ullong timed_ns, timed_items;
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+__attribute__((destructor)) static void timing_report(void) {
+  if (timing != 1) return;
+  char line[128];
+  int n = snprintf(line, sizeof(line), "mp_pool_timing items=%llu ns=%llu\n", (unsigned long long)timed_items,
+                   (unsigned long long)timed_ns);
+  if (n > 0) (void)!write(2, line, (size_t)n);
+}
+#endif
+
 mp_noinline int mp_pool_unlock_slow(void* mutex) {
   mp_thread_t* t = &mp_tls;
   if (mp_unlikely(t->pool_probing) && probe_node != NULL) learn(mutex);
   if (mutex != mp_pool.mutex) return mp_libc_mutex_unlock(mutex);
   caller_t c = CALLER_OF(__builtin_frame_address(0), __builtin_return_address(0));
   mp_pool_entry_t* e = NULL;
+#ifdef MP_TEST_HOOKS
+  if (timing < 0) timing = mp_test_hook("MP_TEST_POOL_TIMING") ? 1 : 0;
+  uint64_t t0 = timing == 1 ? now_ns() : 0;
+#endif
   if (atomic_load_explicit(&mp_state.running, memory_order_relaxed) && !t->in_profiler && !t->pool_worker &&
       !t->exiting) {
     e = wrap_tail(pool_head, 0);
@@ -374,8 +402,20 @@ mp_noinline int mp_pool_unlock_slow(void* mutex) {
     left_alone[0] = pool_head->prev;
     if (slow_head != NULL) left_alone[1] = slow_head->prev;
   }
+#ifdef MP_TEST_HOOKS
+  uint64_t wrapped = timing == 1 ? now_ns() - t0 : 0; /* glibc's unlock (a futex wake) is not ours */
+#endif
   int rc = mp_libc_mutex_unlock(mutex);
+#ifdef MP_TEST_HOOKS
+  uint64_t t1 = timing == 1 ? now_ns() : 0;
+#endif
   if (e != NULL) fill(e, t, &c);
+#ifdef MP_TEST_HOOKS
+  if (timing == 1 && e != NULL) {
+    atomic_fetch_add_explicit(&timed_ns, wrapped + (now_ns() - t1), memory_order_relaxed);
+    atomic_fetch_add_explicit(&timed_items, 1, memory_order_relaxed);
+  }
+#endif
   return rc;
 }
 
