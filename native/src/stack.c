@@ -206,9 +206,13 @@ static bool reached_start(const uintptr_t* frames, unsigned n) {
 /* The library's own frames (the thread start wrapper at the root of every thread made by
  * pthread_create) are not the program's: left out, so no profile charges it. */
 static unsigned drop_own_frames(uintptr_t* frames, unsigned n) {
-  unsigned k = 0;
-  for (unsigned i = 0; i < n; i++)
-    if (i == 0 || !within(&self_text, frames[i])) frames[k++] = frames[i];
+  if (n <= 1) return n;
+  const uintptr_t lo = self_text.lo, size = self_text.hi - self_text.lo; /* not reloaded per frame */
+  unsigned i = 1;
+  while (i < n && frames[i] - lo >= size) i++; /* most stacks have none: nothing is moved */
+  unsigned k = i;
+  for (; i < n; i++)
+    if (frames[i] - lo >= size) frames[k++] = frames[i];
   return k;
 }
 

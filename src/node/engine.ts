@@ -5,7 +5,7 @@
  * window profile a continuous profiler wants. Synchronous by design: it runs in the worker
  * thread (worker.ts), never on the application's event loop.
  */
-import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 
@@ -102,12 +102,20 @@ function rememberNativeNames(p: Profile): void {
 /** Dumps, reads back and symbolises the profile of this process; `path` is removed once read. */
 export function takeSnapshot(addon: NativeAddon, path: string): Profile {
   try {
+    // the perf map as the dump sees it: code made afterwards may reuse a sampled frame's address
+    const perfMap = perfMapOfThisProcess();
+    let perfMapBytes: number | undefined;
+    try {
+      perfMapBytes = perfMap ? statSync(perfMap).size : undefined;
+    } catch {
+      perfMapBytes = undefined;
+    }
     addon.dump(path, 'proto');
     const data = readFileSync(path);
     rmSync(path, { force: true });
     const profile = parseProfile(data, 'in-process profile', { maxBytes: MAX_RAW_BYTES });
     const known = nameKnownFrames(profile);
-    symbolize(profile, { pid: process.pid, perfMapPath: perfMapOfThisProcess(), trimFile: isPreloadLibrary });
+    symbolize(profile, { pid: process.pid, perfMapPath: perfMap, ...(perfMapBytes !== undefined ? { perfMapBytes } : {}), trimFile: isPreloadLibrary });
     for (const m of known) m.hasFunctions = true;
     rememberNativeNames(profile);
     profile.comment.push(profile.stringTable.dedup(`mimalloc-pprof ${packageVersion()} in-process pid=${process.pid}`));

@@ -12,8 +12,8 @@
  * and its presence changes what SIGINT and SIGTERM do. A signal that ends the program is the
  * preload library's to profile, natively (native/src/signals.c).
  */
-import { writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { realpathSync, statSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { isMainThread } from 'node:worker_threads';
 
 type Addon = import('./addon.js', { with: { 'resolution-mode': 'import' } }).NativeAddon;
@@ -81,13 +81,23 @@ function install(addon: Addon, runDir: string): void {
         gc?.();
         gc?.();
       }
+      // V8's perf map as the dump sees it: code made afterwards (this hook's own) may take the
+      // address of code a sample holds, and must not name it (run reads only this much)
+      let perfMapBytes: number | undefined;
+      try {
+        perfMapBytes = statSync(`/tmp/perf-${process.pid}.map`).size;
+      } catch {
+        perfMapBytes = undefined;
+      }
       addon.dump(join(runDir, `raw.${process.pid}.pb`), 'proto');
+      if (perfMapBytes !== undefined) writeFileSync(join(runDir, `perfmap.${process.pid}.json`), JSON.stringify({ bytes: perfMapBytes }));
       // the resident set accounted for, right after the dump (src/node/rss.cts; reading it
       // allocates, which may run a scavenge that --no-gc's profile must not see); run puts it
       // in the profile's comments and prints it
       try {
         // eslint-disable-next-line @typescript-eslint/no-require-imports
-        const { measureRss } = require('./rss.cjs') as typeof import('./rss.cjs');
+        // beside this file's real path: run reaches the hook through a link in its own folder
+        const { measureRss } = require(join(dirname(realpathSync(__filename)), 'rss.cjs')) as typeof import('./rss.cjs');
         writeFileSync(join(runDir, `rss.${process.pid}.json`), JSON.stringify(measureRss(addon)));
       } catch {
         // /proc unreadable: the profile goes without its breakdown

@@ -239,9 +239,12 @@ function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport): void
   const started = performance.now();
   const raw = ProfileCodec.decode(readFileSync(join(runDir, `raw.${p.pid}.pb`)));
   const perfMap = perfMapOf(p.pid);
+  const cut = join(runDir, `perfmap.${p.pid}.json`); // the map's size at the dump (Node's exit hook)
+  const perfMapBytes = existsSync(cut) ? (JSON.parse(readFileSync(cut, 'utf8')) as { bytes: number }).bytes : undefined;
   const { profile } = symbolize(raw, {
     pid: p.pid,
     perfMapPath: existsSync(perfMap) ? perfMap : undefined,
+    ...(perfMapBytes !== undefined ? { perfMapBytes } : {}),
     trimFile: isPreloadLibrary,
   });
   const comment = (text: string) => profile.comment.push(profile.stringTable.dedup(text));

@@ -21,6 +21,8 @@ export interface SymbolizeOptions {
   pid?: number;
   /** V8's perf map of that process (`/tmp/perf-<pid>.map`), when it ran with --perf-basic-prof. */
   perfMapPath?: string;
+  /** Only the perf map's first bytes: its size when the profile was taken. */
+  perfMapBytes?: number;
   /** Mapped files whose frames are dropped from every stack (the preload library). */
   trimFile?: (filename: string) => boolean;
 }
@@ -52,7 +54,7 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
   let perfMap: PerfMap | undefined;
   if (options.perfMapPath) {
     try {
-      perfMap = readPerfMap(options.perfMapPath);
+      perfMap = readPerfMap(options.perfMapPath, options.perfMapBytes);
     } catch {
       perfMap = undefined;
     }

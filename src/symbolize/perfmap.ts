@@ -60,9 +60,16 @@ export function perfMapPath(pid: number, dir = '/tmp'): string {
   return `${dir}/perf-${pid}.map`;
 }
 
-/** Reads and parses a perf map file. @throws the fs error when the file cannot be read. */
-export function readPerfMap(path: string): PerfMap {
-  return parsePerfMap(readFileSync(path, 'utf8'));
+/**
+ * Reads and parses a perf map file, or only its first `limit` bytes: the map as it stood
+ * when a profile was taken. V8 reuses the addresses of freed code, so an entry written after
+ * the profile may name one of its frames after code that did not exist yet (a process's exit
+ * code compiling a RegExp where its top-level function had been). @throws the fs error when
+ * the file cannot be read.
+ */
+export function readPerfMap(path: string, limit?: number): PerfMap {
+  const data = readFileSync(path);
+  return parsePerfMap((limit !== undefined && limit < data.length ? data.subarray(0, limit) : data).toString('utf8'));
 }
 
 const LINE = /^(?:0x)?([0-9a-fA-F]{1,16}) (?:0x)?([0-9a-fA-F]{1,16}) (.*)$/;

@@ -1,7 +1,7 @@
 /** V8 perf maps: parsing rules on written examples, then real maps written by this node. */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
@@ -203,4 +203,16 @@ test('NODE_OPTIONS accepts both flags (Node 20): the map is written', () => {
 
 test('readPerfMap reads a file; a missing file throws the fs error', () => {
   assert.throws(() => readPerfMap('/nonexistent/perf-1.map'), { code: 'ENOENT' });
+});
+
+test('readPerfMap with a byte limit reads the map as it stood then: a later entry at the same address does not rename it', () => {
+  const first = '1000 100 JS:*openStreams /app/a.js:10:1\n';
+  const later = '1000 40 RegExp:^libfoo\\.so\n';
+  const path = join(tempDir('mpp-perfmap-cut-'), 'perf-1.map');
+  writeFileSync(path, first + later);
+  assert.equal(readPerfMap(path, Buffer.byteLength(first)).lookup(0x1010)?.name, 'openStreams');
+  // the control: the whole map names the frame after the later code
+  assert.notEqual(readPerfMap(path).lookup(0x1010)?.name, 'openStreams');
+  // a limit inside a line drops that line (as a half-written last line is)
+  assert.equal(readPerfMap(path, Buffer.byteLength(first) - 3).lookup(0x1010), undefined);
 });
