@@ -42,3 +42,7 @@ export function mimallocVersion(): string {
 export function mimallocDefectEnv(): Record<string, string> {
   return mimallocVersion().startsWith('3.0.') ? { STRESS_MAX_ALIGN: '16' } : {};
 }
+
+/** The suite's first pass (the system mimalloc's production build): the later passes
+ * (scripts/run-tests.mjs) repeat the slowest gates with fewer runs, to keep the suite short. */
+export const firstPass = process.env.MIMALLOC_PPROF_LIB === undefined;

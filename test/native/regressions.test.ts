@@ -13,7 +13,7 @@ import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'no
 import { join } from 'node:path';
 
 import { buildDir, fixture, parseHeapText, runPreloaded, tempDir, weight } from '../helpers.js';
-import { libDir, mimallocLabel } from '../mimalloc.js';
+import { firstPass, libDir, mimallocLabel } from '../mimalloc.js';
 import { buildTestHooks, KV, runUnder } from '../reliability/util.js';
 
 const LIB = join(libDir, 'libmimalloc-pprof.so');
@@ -234,17 +234,18 @@ test('MIMALLOC_PROF_ARENA_SIZE=0 (or below the minimum) warns and keeps the defa
 
 // ---- signals landing inside the profiler: no hang ------------------------------------------------
 
-test('exit() from a signal handler that interrupted the profiler ends the process (10 runs, each within 10 s)', (t) => {
+const EXIT_RUNS = firstPass ? 10 : 5;
+test(`exit() from a signal handler that interrupted the profiler ends the process (${EXIT_RUNS} runs, each within 10 s)`, (t) => {
   const bin = build('exit_in_handler');
   const env = { MIMALLOC_PROF: '1', MIMALLOC_PROF_SAMPLE_INTERVAL: '64', MIMALLOC_PROF_DUMP_AT_EXIT: join(tempDir(), 'x.heap') };
   let skipped = 0;
-  for (let i = 0; i < 10; i++) {
+  for (let i = 0; i < EXIT_RUNS; i++) {
     const r = runUnder(libDir, bin, [], env, 10_000);
     assert.equal(r.timedOut, false, `run ${i} hung`);
     assert.equal(r.status, 0, r.stderr);
     if (/no profile written at exit/.test(r.stderr)) skipped++;
   }
-  t.diagnostic(`10 runs ended; ${skipped} skipped the exit dump because the handler interrupted the profiler`);
+  t.diagnostic(`${EXIT_RUNS} runs ended; ${skipped} skipped the exit dump because the handler interrupted the profiler`);
 });
 
 test('positive control: without the reentrancy guard (MP_TEST_SKIP_REENTRY_GUARD=1) the same run hangs', () => {
