@@ -143,7 +143,9 @@ function measureOnce(addon: NativeAddon): RssBreakdown {
     const path = at === 0n ? '' : (maps.find((m) => m.lo === at)?.path ?? '');
     const kind = path === '' ? 'library' : ownerKind(path, executable);
     byOwner[kind] += o.resident;
-    if (kind === 'library') libraries.set(path === '' ? '(unknown)' : basename(path), (libraries.get(path === '' ? '(unknown)' : basename(path)) ?? 0) + o.resident);
+    if (kind !== 'library') continue;
+    const name = path === '' ? '(unknown)' : basename(path);
+    libraries.set(name, (libraries.get(name) ?? 0) + o.resident);
   }
   const exact = stats.memoryEvents ? stats.exactLiveBytes : undefined;
   const inUse = exact ?? stats.estimatedLiveBytes;
