@@ -44,7 +44,7 @@ if (missing.length > 0) {
 const { ensureMimalloc3 } = await import('./mimalloc3.mjs');
 ensureMimalloc3();
 
-// The debug build (internal assertions on) that the gates run on once more.
+// The debug build (internal assertions on) that the gates run on once more, and the test-hooks build.
 {
   const { join, dirname } = await import('node:path');
   const { fileURLToPath } = await import('node:url');
@@ -52,6 +52,13 @@ ensureMimalloc3();
   const r = spawnSync('make', ['-s', '-j2', '-C', join(root, 'native'), `BUILD=${join(root, 'build', 'debug')}`, 'DEBUG=1'], { stdio: 'inherit' });
   if (r.status !== 0) {
     console.error('mimalloc-pprof tests: the debug build failed (see above)');
+    process.exit(1);
+  }
+  // the test-hooks build (MP_TEST_* switches): the gates' controls build it on demand, and
+  // bench/node-features.mjs (its smoke test runs first) needs it ready
+  const h = spawnSync('make', ['-s', '-j2', '-C', join(root, 'native'), 'test-hooks', `BUILD=${join(root, 'build', 'test-hooks')}`], { stdio: 'inherit' });
+  if (h.status !== 0) {
+    console.error('mimalloc-pprof tests: the test-hooks build failed (see above)');
     process.exit(1);
   }
 }
