@@ -426,9 +426,10 @@ static void learn(void* mutex) {
 
 #ifdef MP_TEST_HOOKS
 /* Test builds: MP_TEST_POOL_TIMING=1 times the poster's part of each wrapped item (the wrap
- * under the pool's mutex, and the capture after it) with the monotonic clock (four readings
- * per item), and prints the totals and the cost of one reading at exit: bench/node-features.mjs's ns per queued item, free of what the extra time
- * does to the pool's scheduling. */
+ * under the pool's mutex, and the capture after it: two intervals, each of which holds about
+ * one clock reading's own time) with the monotonic clock, and prints the totals and the cost
+ * of one reading at exit: bench/node-features.mjs's ns per queued item, free of what the
+ * extra time does to the pool's scheduling. */
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
@@ -441,7 +442,7 @@ static uint64_t now_ns(void) {
 }
 __attribute__((destructor)) static void timing_report(void) {
   if (timing != 1) return;
-  /* the four clock readings of each timed item, measured here, are not the watch's */
+  /* the cost of one clock reading, measured here: not the watch's */
   uint64_t start = now_ns();
   for (int i = 0; i < 10000; i++) (void)now_ns();
   unsigned long long per_read = (unsigned long long)((now_ns() - start) / 10001);
