@@ -323,6 +323,18 @@ static region_t* copy_record(size_t* len, size_t* bytes) {
   return copy == MAP_FAILED ? NULL : copy;
 }
 
+/* Adds region r's figures, outside the sample arena [alo, ahi) (mimalloc remaps parts of it;
+ * mi_prof_resident_t tells it apart), to *mapped and *resident. */
+static void add_outside_arena(const region_t* r, uintptr_t alo, uintptr_t ahi, unsigned char* vec, size_t page,
+                              uint64_t* mapped, uint64_t* resident) {
+  uintptr_t parts[2][2] = {{r->lo, r->hi < alo ? r->hi : alo}, {r->lo > ahi ? r->lo : ahi, r->hi}};
+  for (int j = 0; j < 2; j++) {
+    if (parts[j][0] >= parts[j][1]) continue;
+    *mapped += parts[j][1] - parts[j][0];
+    if (vec != MAP_FAILED) *resident += resident_in(parts[j][0], parts[j][1], vec, VEC_LEN, page);
+  }
+}
+
 size_t mi_prof_mapping_owners(mi_prof_mapping_owner_t* out, size_t cap) {
   size_t n, bytes;
   region_t* regions = copy_record(&n, &bytes);
@@ -332,7 +344,6 @@ size_t mi_prof_mapping_owners(mi_prof_mapping_owner_t* out, size_t cap) {
   size_t owners = 0;
   uintptr_t arena_lo, arena_size;
   mp_arena_range(&arena_lo, &arena_size);
-  uintptr_t arena_hi = arena_lo + arena_size;
   for (size_t i = 0; i < n; i++) {
     size_t k = 0;
     while (k < owners && k < cap && out[k].object != regions[i].owner) k++;
@@ -343,14 +354,7 @@ size_t mi_prof_mapping_owners(mi_prof_mapping_owner_t* out, size_t cap) {
     }
     if (k >= cap) continue;
     out[k].regions++;
-    /* the sample arena is told apart (mi_prof_resident_t): mimalloc remaps parts of it */
-    uintptr_t parts[2][2] = {{regions[i].lo, regions[i].hi < arena_lo ? regions[i].hi : arena_lo},
-                             {regions[i].lo > arena_hi ? regions[i].lo : arena_hi, regions[i].hi}};
-    for (int j = 0; j < 2; j++) {
-      if (parts[j][0] >= parts[j][1]) continue;
-      out[k].mapped += parts[j][1] - parts[j][0];
-      if (vec != MAP_FAILED) out[k].resident += resident_in(parts[j][0], parts[j][1], vec, VEC_LEN, page);
-    }
+    add_outside_arena(&regions[i], arena_lo, arena_lo + arena_size, vec, page, &out[k].mapped, &out[k].resident);
   }
   if (vec != MAP_FAILED) raw_unmap(vec, VEC_LEN);
   raw_unmap(regions, bytes);
@@ -366,21 +370,21 @@ bool mi_prof_resident_get(mi_prof_resident_t* out) {
   *out = (mi_prof_resident_t){.size = size, .version = version};
   uintptr_t mimalloc = owner_of((const void*)(uintptr_t)&mi_version);
   out->allocator_known = mimalloc != 0;
-  mi_prof_mapping_owner_t owners[64];
-  size_t n = mi_prof_mapping_owners(owners, 64);
-  for (size_t i = 0; i < n && i < 64; i++) {
-    if (owners[i].object != mimalloc || mimalloc == 0) continue;
-    out->allocator_mapped = owners[i].mapped;
-    out->allocator_resident = owners[i].resident;
-  }
-  out->untracked = atomic_load_explicit(&untracked, memory_order_relaxed);
   uintptr_t arena_lo, arena_size;
   mp_arena_range(&arena_lo, &arena_size);
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
   unsigned char* vec = raw_map(VEC_LEN);
-  if (arena_size > 0 && vec != MAP_FAILED) {
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    out->arena_resident = resident_in(arena_lo, arena_lo + arena_size, vec, VEC_LEN, page);
+  size_t n, bytes;
+  region_t* regions = mimalloc != 0 ? copy_record(&n, &bytes) : NULL;
+  if (regions != NULL) { /* mimalloc's ranges, however many other owners there are */
+    for (size_t i = 0; i < n; i++)
+      if (regions[i].owner == mimalloc)
+        add_outside_arena(&regions[i], arena_lo, arena_lo + arena_size, vec, page, &out->allocator_mapped,
+                          &out->allocator_resident);
+    raw_unmap(regions, bytes);
   }
+  out->untracked = atomic_load_explicit(&untracked, memory_order_relaxed);
+  if (arena_size > 0 && vec != MAP_FAILED) out->arena_resident = resident_in(arena_lo, arena_lo + arena_size, vec, VEC_LEN, page);
   if (vec != MAP_FAILED) raw_unmap(vec, VEC_LEN);
   out->profiler_bytes = mp_os_bytes();
   return true;

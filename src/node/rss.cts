@@ -1,6 +1,8 @@
 /**
- * Measures the RSS breakdown (src/profile/rss.ts) of this process, on the thread whose V8
- * heap statistics it adds (the application's). Each part from its own source:
+ * Measures the RSS breakdown (src/profile/rss.ts) of this process. V8's statistics of the
+ * application's heap are read on its thread (v8HeapFigures); the rest may be read on any
+ * thread (the in-process API reads it in its profiling worker, off the event loop). Each part
+ * from its own source:
  *  - RSS, code and mapped files: /proc/self/smaps (Rss of every mapping; file-backed ones and
  *    the kernel's [vdso]-like ones are code and files);
  *  - thread stacks: the mappings holding a thread's stack pointer, read from
@@ -108,10 +110,10 @@ const TRIES = 4;
  * land in `other`, so the reading is taken again, up to TRIES times, until RSS moved by less
  * than SETTLED of itself meanwhile; the steadiest is kept.
  */
-export function measureRss(addon: NativeAddon): RssBreakdown {
+export function measureRss(addon: NativeAddon, heap: V8HeapFigures = v8HeapFigures()): RssBreakdown {
   let best: { b: RssBreakdown; moved: number } | undefined;
   for (let i = 0; i < TRIES; i++) {
-    const b = measureOnce(addon);
+    const b = measureOnce(addon, heap);
     const moved = Math.abs(rollupRss() - b.rss) / b.rss;
     if (!best || moved < best.moved) best = { b, moved };
     if (!(moved > SETTLED)) break; // NaN (no smaps_rollup) stops too
@@ -119,8 +121,20 @@ export function measureRss(addon: NativeAddon): RssBreakdown {
   return best!.b;
 }
 
-function measureOnce(addon: NativeAddon): RssBreakdown {
-  const heap = getHeapStatistics();
+/** V8's statistics of the calling thread's heap: what measureRss adds beside the runtime's
+ * part (and stands in for it where owners are unknown). */
+export interface V8HeapFigures {
+  used: number;
+  committed: number;
+  resident: number;
+}
+
+export function v8HeapFigures(): V8HeapFigures {
+  const h = getHeapStatistics();
+  return { used: h.used_heap_size, committed: h.total_heap_size, resident: h.total_physical_size };
+}
+
+function measureOnce(addon: NativeAddon, heap: V8HeapFigures): RssBreakdown {
   const stats = addon.stats();
   const sps = threadStackPointers();
   const maps = parseSmaps(readFileSync('/proc/self/smaps', 'utf8'));
@@ -152,18 +166,20 @@ function measureOnce(addon: NativeAddon): RssBreakdown {
   const sampled = stats.liveSampledBytes;
   const arena = resident?.arenaResident ?? 0;
   const known = resident !== null && resident.allocatorKnown && byOwner.runtime > 0;
+  // mimalloc's part from the library's own sum: the owners' list stops at 256 objects
+  if (known) byOwner.allocator = resident.allocatorResident;
   // the arena holds the sampled blocks (native memory in use) and, beyond them, the profiler's
   const profiler = (known ? byOwner.profiler : stats.profilerBytes) + Math.max(0, arena - sampled);
   // without owners (glibc < 2.35): V8's figure for this thread's heap stands in for the runtime
-  const runtime = known ? byOwner.runtime : heap.total_physical_size;
+  const runtime = known ? byOwner.runtime : heap.resident;
   const accounted = known
     ? byOwner.runtime + byOwner.allocator + byOwner.profiler + byOwner.library + arena + code + stacks
     : runtime + inUse + profiler + code + stacks;
   return {
     rss,
     runtime,
-    v8Used: heap.used_heap_size,
-    v8Committed: heap.total_heap_size,
+    v8Used: heap.used,
+    v8Committed: heap.committed,
     nativeInUse: stats.estimatedLiveBytes,
     nativeStdError: stats.estimatedLiveBytesStdError ?? 0,
     ...(exact !== undefined ? { nativeExact: exact } : {}),

@@ -17,9 +17,8 @@ import { Worker } from 'node:worker_threads';
 import { LibraryVersionError, MimallocPprofError, NotPreloadedError, ProfilerError } from '../errors.js';
 import { requireAddon } from './addon.js';
 import { takeJsHeap } from './js-heap.js';
-import { measureRss } from './rss.cjs';
+import { v8HeapFigures } from './rss.cjs';
 import type { RenderSpec } from './engine.js';
-import type { RssBreakdown } from '../profile/rss.js';
 import type { WorkerRequest, WorkerResponse } from './worker.js';
 
 type Request = WorkerRequest extends infer R ? (R extends { seq: number } ? Omit<R, 'seq'> : never) : never;
@@ -233,14 +232,9 @@ export class SnapshotSource {
     } else {
       gc = options.gc ? runGc() : 'not-requested';
       const jsHeap = takeJsHeap();
-      // measured here, on the application's thread (its V8 heap), when the dump is asked for
-      let rss: RssBreakdown | undefined;
-      try {
-        rss = measureRss(requireAddon());
-      } catch {
-        rss = undefined; // /proc unreadable: the profile goes without its breakdown
-      }
-      const ready = this.worker.call({ op: 'snapshot', ...(jsHeap ? { jsHeap } : {}), ...(rss ? { rss } : {}) }).then((r) => r as { id: number; timeNs: bigint; samples: number });
+      // the application's heap figures from its own thread; the worker measures the rest
+      const v8Heap = v8HeapFigures();
+      const ready = this.worker.call({ op: 'snapshot', ...(jsHeap ? { jsHeap } : {}), v8Heap }).then((r) => r as { id: number; timeNs: bigint; samples: number });
       const s: State = { ready, epoch: this.worker.epoch, gc, refs: 0, renders: new Map() };
       this.worker.live++;
       this.dumps++;

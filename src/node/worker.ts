@@ -13,12 +13,13 @@ import { parentPort, workerData } from 'node:worker_threads';
 import type { Profile } from 'pprof-format';
 
 import { mergeJsHeap, type V8SamplingHeapProfile } from '../profile/js-heap.js';
-import { formatRssComment, type RssBreakdown } from '../profile/rss.js';
+import { formatRssComment } from '../profile/rss.js';
+import { measureRss, type V8HeapFigures } from './rss.cjs';
 import { requireAddon, translate } from './addon.js';
 import { render, renderDelta, renderWindow, takeSnapshot, type RenderSpec } from './engine.js';
 
 export type WorkerRequest =
-  | { seq: number; op: 'snapshot'; jsHeap?: { interval: number; profile: V8SamplingHeapProfile }; rss?: RssBreakdown }
+  | { seq: number; op: 'snapshot'; jsHeap?: { interval: number; profile: V8SamplingHeapProfile }; v8Heap?: V8HeapFigures }
   | { seq: number; op: 'render'; id: number; spec: RenderSpec }
   | { seq: number; op: 'delta'; baseId: number; id: number; spec: RenderSpec }
   | { seq: number; op: 'window'; baseId?: number; id: number; fromNs: bigint; untilNs: bigint }
@@ -61,7 +62,14 @@ if (parentPort) {
               profile.stringTable.dedup(`heap=js: V8's sampling heap profiler at interval=${msg.jsHeap.interval}: ${Math.round(merged.bytes)} bytes of JavaScript objects in use (${merged.samples} samples)`),
             );
           }
-          if (msg.rss) profile.comment.push(profile.stringTable.dedup(formatRssComment(msg.rss)));
+          if (msg.v8Heap) {
+            // the resident set as the dump left it, read here, off the application's event loop
+            try {
+              profile.comment.push(profile.stringTable.dedup(formatRssComment(measureRss(requireAddon(), msg.v8Heap))));
+            } catch {
+              // /proc unreadable: the profile goes without its breakdown
+            }
+          }
           snapshots.set(id, { profile, timeNs, cache: new Map() });
           reply({ seq: msg.seq, id, timeNs, samples: profile.sample.length });
           break;
