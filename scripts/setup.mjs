@@ -1,7 +1,9 @@
-// Builds the preload library against the system libmimalloc. Run by `npm install`.
-// Where the development files are missing: as root on Debian/Ubuntu they are installed with
-// apt-get; elsewhere this stops with one line naming the package for the system.
-import { execFileSync, spawnSync } from 'node:child_process';
+// Builds the preload library against the system libmimalloc. Run by `npm install` (and by
+// `npm rebuild mimalloc-pprof` after an install with --ignore-scripts).
+// Where the development files are missing: as root on Debian/Ubuntu with apt-get they are
+// installed with apt-get, after one line that says so and how to refuse (MIMALLOC_PPROF_NO_APT=1);
+// anywhere else, or when refused, this stops with one line naming the package for the system.
+import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -53,16 +55,23 @@ if (process.platform !== 'linux') {
 
 if (!hasMimalloc()) {
   const id = osId();
+  const pkg = packageFor.find(([re]) => re.test(id))?.[1] ?? 'the mimalloc development package of your system';
+  const missing = `the system libmimalloc (2.x or 3.x) with its headers is missing: install ${pkg}`;
   const isRoot = process.getuid?.() === 0;
-  if (/debian|ubuntu/.test(id) && isRoot && existsSync('/usr/bin/apt-get')) {
-    console.error('mimalloc-pprof: installing libmimalloc-dev with apt-get');
-    const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-    execFileSync('apt-get', ['update', '-qq'], { stdio: 'inherit', env });
-    execFileSync('apt-get', ['install', '-y', '-qq', 'libmimalloc-dev'], { stdio: 'inherit', env });
-  } else {
-    const pkg = packageFor.find(([re]) => re.test(id))?.[1] ?? 'the mimalloc development package of your system';
-    fail(`the system libmimalloc (2.x or 3.x) with its headers is missing: install ${pkg}`);
+  const aptGet = (process.env.PATH ?? '').split(':').map((d) => join(d, 'apt-get')).find((p) => p.startsWith('/') && existsSync(p));
+  const refused = process.env.MIMALLOC_PPROF_NO_APT === '1';
+  // Installing on the host is done only where it is safe to assume it is wanted: as root, on
+  // Debian or Ubuntu, with apt-get, and not refused. Anything else stops with the package name.
+  if (!/debian|ubuntu/.test(id) || !isRoot || aptGet === undefined || refused) {
+    fail(`${missing}${refused ? ' (MIMALLOC_PPROF_NO_APT=1: not installing it with apt-get)' : ''}`);
   }
+  console.error('mimalloc-pprof: installing libmimalloc-dev with apt-get (apt-get update; apt-get install libmimalloc-dev); set MIMALLOC_PPROF_NO_APT=1 to refuse');
+  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
+  for (const args of [['update', '-qq'], ['install', '-y', '-qq', 'libmimalloc-dev']]) {
+    const r = spawnSync(aptGet, args, { stdio: 'inherit', env });
+    if (r.status !== 0) fail(`apt-get ${args[0]} failed (exit ${r.status ?? r.signal}); ${missing}`);
+  }
+  if (!hasMimalloc()) fail(`${missing} (apt-get installed libmimalloc-dev, but the probe still fails: is CC=${process.env.CC ?? 'cc'} a working C compiler?)`);
 }
 
 // Node's own headers, for the Node-API addon (the in-process API and `run`'s exit hook).

@@ -35,6 +35,7 @@ typedef struct api_s {
   uint64_t (*pool_refused)(void);
   bool (*resident_get)(mi_prof_resident_t*);
   size_t (*mapping_owners)(mi_prof_mapping_owner_t*, size_t);
+  bool (*thread_exclude)(bool);
 } api_t;
 
 static api_t api;
@@ -56,6 +57,7 @@ static void resolve(void) {
     api.pool_refused = (__typeof__(api.pool_refused))dlsym(RTLD_DEFAULT, "mi_prof_pool_refused");
     api.resident_get = (__typeof__(api.resident_get))dlsym(RTLD_DEFAULT, "mi_prof_resident_get");
     api.mapping_owners = (__typeof__(api.mapping_owners))dlsym(RTLD_DEFAULT, "mi_prof_mapping_owners");
+    api.thread_exclude = (__typeof__(api.thread_exclude))dlsym(RTLD_DEFAULT, "mi_prof_thread_exclude");
   }
 }
 
@@ -354,6 +356,18 @@ static napi_value js_memory_snapshot(napi_env env, napi_callback_info info) {
   return r;
 }
 
+/* excludeThread(exclude) -> whether the calling thread was excluded before; false (and
+ * nothing done) with a preload library that predates mi_prof_thread_exclude */
+static napi_value js_exclude_thread(napi_env env, napi_callback_info info) {
+  if (!api_ok) return not_preloaded(env);
+  size_t argc = 1;
+  napi_value argv[1];
+  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  bool exclude = true;
+  if (argc >= 1) (void)napi_get_value_bool(env, argv[0], &exclude);
+  return make_bool(env, api.thread_exclude != NULL && api.thread_exclude(exclude));
+}
+
 NAPI_MODULE_INIT() {
   resolve();
   probe_pool(env);
@@ -364,7 +378,7 @@ NAPI_MODULE_INIT() {
       {"available", js_available}, {"start", js_start}, {"stop", js_stop},
       {"reset", js_reset},         {"isRunning", js_is_running}, {"dump", js_dump},
       {"stats", js_stats},         {"memoryEvents", js_memory_events}, {"memorySnapshot", js_memory_snapshot},
-      {"resident", js_resident},
+      {"resident", js_resident},   {"excludeThread", js_exclude_thread},
   };
   for (size_t i = 0; i < sizeof(fns) / sizeof(*fns); i++) {
     napi_value f;

@@ -192,6 +192,12 @@ void mi_prof_reset(void) {
 
 bool mi_prof_is_enabled(void) { return atomic_load(&mp_state.running); }
 
+bool mi_prof_thread_exclude(bool exclude) {
+  bool was = mp_tls.excluded;
+  mp_tls.excluded = exclude;
+  return was;
+}
+
 bool mi_prof_dump(const char* path) { return mp_dump(path, MP_FORMAT_TEXT); }
 bool mi_prof_dump_proto(const char* path) { return mp_dump(path, MP_FORMAT_PROTO); }
 

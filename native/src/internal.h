@@ -133,6 +133,7 @@ typedef struct mp_thread_s {
   uint32_t ordinal;     /* creation ordinal: 0 main thread, then in pthread_create order */
   bool has_ordinal;
   bool in_profiler;     /* reentrancy guard */
+  bool excluded;        /* mi_prof_thread_exclude: no samples on this thread */
   bool exiting;         /* its key destructor ran: no more samples on this thread */
   /* Inside one of the sampler's sections (an allocation's or free's slow path): short, and
    * waiting at most for a table shard that another thread holds for a bounded time. */

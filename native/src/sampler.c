@@ -105,7 +105,7 @@ static bool decide(mp_thread_t* t, uint64_t left, size_t size) {
   bool sampled = false;
   if (mp_unlikely(!t->registered)) mp_thread_register();
   uint32_t epoch = atomic_load_explicit(&mp_state.epoch, memory_order_acquire);
-  if (!atomic_load_explicit(&mp_state.running, memory_order_acquire)) {
+  if (!atomic_load_explicit(&mp_state.running, memory_order_acquire) || t->excluded) {
     left = MP_CHECK_PERIOD;
   } else {
     uint32_t generation = atomic_load_explicit(&mp_state.generation, memory_order_relaxed);

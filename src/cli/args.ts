@@ -6,7 +6,7 @@ import { parseArgs, type ParseArgsConfig } from 'node:util';
 
 import { UsageError } from '../errors.js';
 import type { Profile } from '../profile/model.js';
-import { readProfileFile } from '../profile/files.js';
+import { readProfile } from '../profile/files.js';
 import { nameRawProfile } from '../symbolize/raw.js';
 
 /** Where a command writes: anything with write(string) (process.stdout, a test buffer). */
@@ -71,9 +71,23 @@ export function countArg(command: string, value: string | boolean | undefined, f
 
 export { readProfileFile, writeFileAtomic } from '../profile/files.js';
 
-/** A profile file, its raw frames named (src/symbolize/raw.ts): what top and diff read. */
-export function readNamedProfile(path: string): Profile {
-  const profile = readProfileFile(path);
+/** The option of the commands that read profiles: a bearer token for URLs. */
+export const TOKEN_OPTION = { token: { type: 'string' } } as const;
+
+export const SOURCE_HELP = `FILE may also be an http(s) URL of a /debug/pprof endpoint, e.g.
+http://127.0.0.1:6060/debug/pprof/heap; --token T (or MIMALLOC_PPROF_TOKEN) is sent as
+"Authorization: Bearer T".`;
+
+/** The token for URLs: --token, else MIMALLOC_PPROF_TOKEN. */
+export function tokenArg(command: string, value: string | boolean | undefined, env: NodeJS.ProcessEnv = process.env): string | undefined {
+  if (value === undefined) return env.MIMALLOC_PPROF_TOKEN || undefined;
+  if (typeof value !== 'string' || value === '' || /\s/.test(value)) throw new UsageError(`${command}: --token must be a non-empty word`);
+  return value;
+}
+
+/** A profile from a file or URL, its raw frames named (src/symbolize/raw.ts): what top and diff read. */
+export async function readNamedProfile(source: string, token?: string): Promise<Profile> {
+  const profile = await readProfile(source, token === undefined ? {} : { token });
   nameRawProfile(profile);
   return profile;
 }

@@ -6,7 +6,8 @@ import { UsageError } from '../errors.js';
 import { encodeHeapText } from '../profile/heap-text.js';
 import { encodeProfile } from '../profile/proto.js';
 import type { Profile } from '../profile/model.js';
-import { type Command, parseCommandArgs, readProfileFile, writeFileAtomic } from './args.js';
+import { type Command, parseCommandArgs, SOURCE_HELP, TOKEN_OPTION, tokenArg, writeFileAtomic } from './args.js';
+import { readProfile } from '../profile/files.js';
 
 export type OutputFormat = 'heap_v2' | 'proto';
 
@@ -32,7 +33,10 @@ detected (proto, gzipped or not, or heap text); OUT's extension picks the output
   .heap, .txt          heap_v2 text (addresses and mappings only: function names are
                        dropped; values are re-sampled to the profile's period)
 
+${SOURCE_HELP.replace('FILE may', 'IN may')}
+
 Options:
+  --token T   bearer token for a URL (default: MIMALLOC_PPROF_TOKEN)
   -h, --help  this help
 `;
 
@@ -47,15 +51,16 @@ export function outputFormat(path: string): OutputFormat {
 
 export const convertCommand: Command = {
   summary: 'convert a heap profile between heap_v2 text and profile.proto',
-  run(argv, io) {
-    const args = parseCommandArgs('convert', argv, {}, { min: 2, max: 2, names: 'two files, IN and OUT' });
+  async run(argv, io) {
+    const args = parseCommandArgs('convert', argv, { ...TOKEN_OPTION }, { min: 2, max: 2, names: 'two files, IN and OUT' });
     if (!args) {
       io.out.write(CONVERT_HELP);
       return 0;
     }
     const [input, output] = args.positionals as [string, string];
     const format = outputFormat(output);
-    const profile = readProfileFile(input);
+    const token = tokenArg('convert', args.values.token);
+    const profile = await readProfile(input, token === undefined ? {} : { token });
     writeFileAtomic(output, ENCODERS[format](profile, input));
     return 0;
   },

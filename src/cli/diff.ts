@@ -1,6 +1,6 @@
 /** `mimalloc-pprof diff BASE NEW`: the top of NEW − BASE (profile/diff.ts). */
 import { diff } from '../profile/diff.js';
-import { type Command, countArg, parseCommandArgs, readNamedProfile, SAMPLE_INDEXES, sampleIndexArg } from './args.js';
+import { type Command, countArg, parseCommandArgs, readNamedProfile, SAMPLE_INDEXES, sampleIndexArg, SOURCE_HELP, TOKEN_OPTION, tokenArg } from './args.js';
 import { printTop } from './top.js';
 
 export const DIFF_HELP = `Usage: mimalloc-pprof diff BASE NEW [--sample-index TYPE] [-n N]
@@ -9,17 +9,19 @@ Prints the top of NEW − BASE: what grew (positive) or shrank (negative) betwee
 profiles of the same program. Stacks are matched by function names when the profiles are
 symbolised, else by addresses within each binary (so different load addresses match).
 Percentages are of the summed absolute change.
+${SOURCE_HELP.replace('FILE may', 'BASE and NEW may each')}
 
 Options:
   --sample-index TYPE  ${SAMPLE_INDEXES.join('|')} (default inuse_space)
   -n, --count N        rows (default 10)
+  --token T            bearer token for URLs (default: MIMALLOC_PPROF_TOKEN)
   -h, --help           this help
 `;
 
 export const diffCommand: Command = {
   summary: 'print the top of the difference of two heap profiles (NEW − BASE)',
-  run(argv, io) {
-    const args = parseCommandArgs('diff', argv, { 'sample-index': { type: 'string' }, count: { type: 'string', short: 'n' } }, { min: 2, max: 2, names: 'two files, BASE and NEW' });
+  async run(argv, io) {
+    const args = parseCommandArgs('diff', argv, { 'sample-index': { type: 'string' }, count: { type: 'string', short: 'n' }, ...TOKEN_OPTION }, { min: 2, max: 2, names: 'two files, BASE and NEW' });
     if (!args) {
       io.out.write(DIFF_HELP);
       return 0;
@@ -27,8 +29,9 @@ export const diffCommand: Command = {
     const index = sampleIndexArg('diff', args.values['sample-index']);
     const n = countArg('diff', args.values.count, 10);
     const [baseFile, nextFile] = args.positionals as [string, string];
-    const base = readNamedProfile(baseFile);
-    const next = readNamedProfile(nextFile);
+    const token = tokenArg('diff', args.values.token);
+    const base = await readNamedProfile(baseFile, token);
+    const next = await readNamedProfile(nextFile, token);
     const d = diff(base, next);
     printTop(d, index, n, io.out, `${nextFile} − ${baseFile}`, `the difference of ${nextFile} and ${baseFile}`);
     return 0;

@@ -6,17 +6,31 @@
 import { UsageError } from '../errors.js';
 import { findSampleType, sampleTypeNames, str, type Profile } from '../profile/model.js';
 import { top, totalValue, type TopRow } from '../profile/top.js';
-import { type Command, countArg, type Out, parseCommandArgs, readNamedProfile, SAMPLE_INDEXES, sampleIndexArg, type SampleIndexName } from './args.js';
+import {
+  type Command,
+  countArg,
+  type Out,
+  parseCommandArgs,
+  readNamedProfile,
+  SAMPLE_INDEXES,
+  sampleIndexArg,
+  type SampleIndexName,
+  SOURCE_HELP,
+  TOKEN_OPTION,
+  tokenArg,
+} from './args.js';
 
 export const TOP_HELP = `Usage: mimalloc-pprof top FILE [--sample-index TYPE] [-n N]
 
 Prints the functions (or [binaries], or addresses, when the profile is not symbolised)
 holding the most memory: flat = in the function itself, cum = in it and its callees.
 FILE is a heap profile: profile.proto (gzipped or not) or gperftools heap_v2 text.
+${SOURCE_HELP}
 
 Options:
   --sample-index TYPE  ${SAMPLE_INDEXES.join('|')} (default inuse_space)
   -n, --count N        rows (default 10)
+  --token T            bearer token for a URL (default: MIMALLOC_PPROF_TOKEN)
   -h, --help           this help
 `;
 
@@ -88,16 +102,17 @@ export function printTop(profile: Profile, sampleIndex: SampleIndexName | number
 
 export const topCommand: Command = {
   summary: 'print the top allocation sites of a heap profile',
-  run(argv, io) {
-    const args = parseCommandArgs('top', argv, { 'sample-index': { type: 'string' }, count: { type: 'string', short: 'n' } }, { min: 1, max: 1, names: 'one FILE' });
+  async run(argv, io) {
+    const args = parseCommandArgs('top', argv, { 'sample-index': { type: 'string' }, count: { type: 'string', short: 'n' }, ...TOKEN_OPTION }, { min: 1, max: 1, names: 'one FILE' });
     if (!args) {
       io.out.write(TOP_HELP);
       return 0;
     }
     const index = sampleIndexArg('top', args.values['sample-index']);
     const n = countArg('top', args.values.count, 10);
+    const token = tokenArg('top', args.values.token);
     const file = args.positionals[0]!;
-    const profile = readNamedProfile(file);
+    const profile = await readNamedProfile(file, token);
     printTop(profile, index, n, io.out, undefined, file);
     return 0;
   },

@@ -18,7 +18,7 @@ import { existsSync, realpathSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 
 import { UsageError } from '../errors.js';
-import { libraryPath } from '../preload/library.js';
+import { buildHint, libraryPath } from '../preload/library.js';
 
 export const KINDS = ['glibc', 'mimalloc', 'jemalloc', 'tcmalloc', 'mimalloc-pprof', 'mimalloc-pprof-profiling'] as const;
 export type Kind = (typeof KINDS)[number] | 'custom';
@@ -206,7 +206,7 @@ export function resolveAllocators(
       case 'mimalloc-pprof-profiling': {
         const preload = preloadLibrary(lookup);
         if (!preload) {
-          skipped.push({ label, kind: spec, reason: 'the preload library is not built (run npm install)' });
+          skipped.push({ label, kind: spec, reason: `the preload library is not built (${buildHint()})` });
           break;
         }
         const env: Record<string, string> = spec === 'mimalloc-pprof-profiling' ? { MIMALLOC_PROF: '1' } : {};

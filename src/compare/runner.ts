@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 
 import { LibraryMissingError } from '../errors.js';
-import { libraryPath, packageRoot } from '../preload/library.js';
+import { buildHint, libraryPath, packageRoot } from '../preload/library.js';
 import type { Arm } from './allocators.js';
 
 export const HELPER_FILE = 'mpp-rusage';
@@ -27,7 +27,7 @@ export function helperPath(): string {
   const p = join(packageRoot, 'build', HELPER_FILE);
   if (!existsSync(p)) {
     throw new LibraryMissingError(
-      `compare's run helper is not built (${p} is missing): run \`npm install\` (or \`node scripts/setup.mjs\`) in ${packageRoot}`,
+      `compare's run helper is not built (${p} is missing): ${buildHint()}`,
     );
   }
   return p;

@@ -12,6 +12,11 @@
  * node runs with --expose-gc; otherwise ignored and said so in X-Mimalloc-Pprof-Gc),
  * `seconds=N` (delta profile of that window: NEXT − BASE). Headers and errors as Go's.
  *
+ * Who is answered: loopback clients only, unless `authToken` is set (then whoever sends it)
+ * or `allowRemote: true`; others get 403 and one warning per handler. A request that came
+ * through a proxy (Forwarded, X-Forwarded-For or X-Real-IP) counts as remote, since a proxy
+ * on this host makes every public client look local.
+ *
  * The handler is a plain `(req, res, next?)` function: `http.createServer(handler)`,
  * `app.use(handler)` in Express, or Fastify with `reply.hijack()` (docs/node-api.md).
  * Every request is served from the shared snapshot service: concurrent requests share one
@@ -19,6 +24,7 @@
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { isIPv4 } from 'node:net';
 
 import { MimallocPprofError } from '../errors.js';
 import { checkAvailability } from '../node/addon.js';
@@ -30,8 +36,10 @@ import { snapshots, type GcOutcome, type Lease } from '../node/snapshots.js';
 export interface PprofHandlerOptions {
   /** Path prefix (default `/debug/pprof`). */
   prefix?: string;
-  /** Require `Authorization: Bearer <token>` on every request. */
+  /** Require `Authorization: Bearer <token>` on every request; clients may then be remote. */
   authToken?: string;
+  /** Answer clients that are not on loopback even without a token (default false: 403). */
+  allowRemote?: boolean;
   /**
    * Start the profiler when it is not running (default true, with accum on, which /allocs
    * and `?seconds=N` need); an object gives the start options. false: leave it alone.
@@ -53,11 +61,11 @@ export type NextFunction = (err?: unknown) => void;
 /** A request handler for node:http, Express (as middleware) and Fastify (hijacked). */
 export interface PprofHandler {
   (req: IncomingMessage, res: ServerResponse, next?: NextFunction): void;
-  /** Counters: requests answered with a profile, refused as busy, dumps taken in this process. */
-  readonly stats: { served: number; busy: number; readonly dumps: number };
+  /** Counters: requests answered with a profile, refused as busy, refused as remote, dumps taken in this process. */
+  readonly stats: { served: number; busy: number; refused: number; readonly dumps: number };
 }
 
-const KEYS = new Set(['prefix', 'authToken', 'autoStart', 'maxSeconds', 'maxConcurrent', 'maxWindows', 'jsHeap']);
+const KEYS = new Set(['prefix', 'authToken', 'allowRemote', 'autoStart', 'maxSeconds', 'maxConcurrent', 'maxWindows', 'jsHeap']);
 
 const PROFILES = {
   heap: 'A sampling of the native memory in use (mimalloc, via the preload library). You can specify the gc GET parameter to run V8\'s gc before taking the heap sample (needs node --expose-gc).',
@@ -84,6 +92,23 @@ function serveError(res: ServerResponse, status: number, text: string, headers: 
   res.end(`${text}\n`);
 }
 
+/** A loopback peer: 127.0.0.0/8, ::1 or IPv4-mapped 127.x; no address is a Unix socket's. */
+export function isLoopbackAddress(address: string | undefined): boolean {
+  if (address === undefined) return true;
+  if (address === '::1') return true;
+  const v4 = address.toLowerCase().startsWith('::ffff:') ? address.slice(7) : address;
+  return isIPv4(v4) && v4.startsWith('127.');
+}
+
+const PROXY_HEADERS = ['forwarded', 'x-forwarded-for', 'x-real-ip'];
+
+/** Where a request came from, as far as this process can tell: its peer, or "via a proxy". */
+function remoteOf(req: IncomingMessage): string | undefined {
+  const peer = req.socket?.remoteAddress;
+  if (!isLoopbackAddress(peer)) return peer;
+  return PROXY_HEADERS.some((h) => req.headers[h] !== undefined) ? `${peer ?? 'a local socket'} (via a proxy)` : undefined;
+}
+
 function escapeHtml(s: string): string {
   return s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 }
@@ -100,6 +125,9 @@ export function pprofHandler(options: PprofHandlerOptions = {}): PprofHandler {
     throw new TypeError('pprofHandler: authToken must be a non-empty string');
   }
   const token = options.authToken === undefined ? undefined : digest(options.authToken);
+  if (options.allowRemote !== undefined && typeof options.allowRemote !== 'boolean') throw new TypeError('pprofHandler: allowRemote must be a boolean');
+  const remoteAllowed = token !== undefined || options.allowRemote === true;
+  let warnedRemote = false;
   const autoStart = options.autoStart ?? true;
   const startOptions: StartOptions = autoStart === true ? { accum: true } : autoStart === false ? {} : { accum: true, ...autoStart };
   if (autoStart !== false) checkStartOptions(startOptions);
@@ -127,6 +155,7 @@ export function pprofHandler(options: PprofHandlerOptions = {}): PprofHandler {
   const stats = {
     served: 0,
     busy: 0,
+    refused: 0,
     get dumps() {
       return snapshots.dumps;
     },
@@ -268,6 +297,17 @@ ${descriptions}
     const path = url.pathname;
     if (path !== prefix && !path.startsWith(`${prefix}/`)) return notOurs();
     const rest = path.slice(prefix.length);
+    const remote = remoteAllowed ? undefined : remoteOf(req);
+    if (remote !== undefined) {
+      stats.refused++;
+      if (!warnedRemote) {
+        warnedRemote = true;
+        process.stderr.write(
+          `mimalloc-pprof: warning: refused ${prefix}/ to ${remote}: heap profiles are served to loopback clients only (set authToken, or allowRemote: true)\n`,
+        );
+      }
+      return serveError(res, 403, 'mimalloc-pprof: profiles are served to loopback clients only (the server sets authToken or allowRemote to change that)');
+    }
     if (!authorized(req)) {
       return serveError(res, 401, 'mimalloc-pprof: missing or wrong bearer token', { 'WWW-Authenticate': 'Bearer realm="pprof"' });
     }

@@ -1,7 +1,10 @@
 /**
  * `serve()`: a small HTTP server for `/debug/pprof/*`, for applications without one.
- * Loopback by default; an optional bearer token; bounded connections; it does not keep the
- * process alive (`unref`) unless asked to.
+ * Bound to loopback by default. Bound elsewhere, it answers only loopback clients unless
+ * `authToken` (whoever sends it) or `allowRemote` is set, as pprofHandler does. Bounded
+ * connections with short header and idle timeouts, checked every second, so connections that
+ * never finish a request free their slots within seconds; it does not keep the process alive
+ * (`unref`) unless asked to.
  */
 import { createServer, type Server } from 'node:http';
 import { isIP } from 'node:net';
@@ -11,7 +14,7 @@ import { pprofHandler, type PprofHandler, type PprofHandlerOptions } from './han
 export interface ServeOptions extends PprofHandlerOptions {
   /** TCP port (default 6060, Go's habit; 0: any free port). */
   port?: number;
-  /** Address to bind (default 127.0.0.1). Anything but loopback without authToken is warned about. */
+  /** Address to bind (default 127.0.0.1). Elsewhere, remote clients need authToken (or allowRemote). */
   host?: string;
   /** Most open connections (default 64). */
   maxConnections?: number;
@@ -49,12 +52,16 @@ export async function serve(options: ServeOptions = {}): Promise<PprofServer> {
   if (!Number.isInteger(maxConnections) || maxConnections < 1) throw new TypeError('serve: maxConnections must be a positive integer');
   const handler = pprofHandler(handlerOptions);
   if (!isLoopback(host) && options.authToken === undefined) {
-    process.stderr.write(`mimalloc-pprof: warning: serving heap profiles on ${host} without a token (set authToken, or bind 127.0.0.1)\n`);
+    process.stderr.write(
+      options.allowRemote === true
+        ? `mimalloc-pprof: warning: serving heap profiles on ${host} to anyone (allowRemote without authToken)\n`
+        : `mimalloc-pprof: warning: listening on ${host} without a token: only loopback clients are answered, others get 403 (set authToken)\n`,
+    );
   }
-  const server = createServer((req, res) => handler(req, res));
+  // Slots are taken before a request is read, so a connection that never sends one must lose
+  // its slot soon: headers within 5 s, idle keep-alive 5 s, checked every second.
+  const server = createServer({ connectionsCheckingInterval: 1_000, headersTimeout: 5_000, requestTimeout: 10_000 }, (req, res) => handler(req, res));
   server.maxConnections = maxConnections;
-  server.headersTimeout = 10_000;
-  server.requestTimeout = 30_000; // receiving the request; a ?seconds=N answer may take longer
   server.keepAliveTimeout = 5_000;
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

@@ -24,6 +24,8 @@ export interface NativeAddon {
   memoryEvents(enable?: boolean): boolean;
   /** mimalloc's mappings and the profiler's memory (mi_prof_resident_get); null from a library without it. */
   resident(): NativeResident | null;
+  /** Leaves the calling thread's allocations out of profiles from now on (mi_prof_thread_exclude); returns the previous setting. */
+  excludeThread(exclude: boolean): boolean;
 }
 
 /** The addon's resident object (mi_prof_resident_t and mi_prof_mapping_owners, numbers). */

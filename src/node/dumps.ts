@@ -5,12 +5,14 @@
  *
  *   MIMALLOC_PPROF_DUMP_DIR       directory (required to enable dumps from the environment)
  *   MIMALLOC_PPROF_DUMP_INTERVAL  seconds between periodic dumps (unset: none)
- *   MIMALLOC_PPROF_DUMP_KEEP      files kept, oldest removed first (default 10)
+ *   MIMALLOC_PPROF_DUMP_KEEP      files of this process kept, oldest removed first (default 10)
  *   MIMALLOC_PPROF_DUMP_SIGNAL    a signal that triggers a dump (unset: none); SIGUSR2, SIGHUP,
  *                                 SIGPWR or SIGWINCH — SIGUSR1 belongs to Node's inspector
  *   MIMALLOC_PPROF_DUMP_FORMAT    proto (default, .pb.gz) or text (.heap)
  *
  * Files are named <prefix>.<pid>.<UTC time>.pb.gz and written atomically (mode 0600).
+ * Rotation removes only this process's files: cluster workers may share the directory, and
+ * the files of processes that ended are left for whoever reads them.
  */
 import { mkdir, readdir, rm } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
@@ -24,7 +26,7 @@ export interface DumpOptions {
   dir?: string;
   /** Seconds between periodic dumps; 0 or unset: none. Env: MIMALLOC_PPROF_DUMP_INTERVAL. */
   intervalSeconds?: number;
-  /** How many dump files of this prefix to keep (default 10). Env: MIMALLOC_PPROF_DUMP_KEEP. */
+  /** How many dump files of this prefix and process to keep (default 10). Env: MIMALLOC_PPROF_DUMP_KEEP. */
   keep?: number;
   /** A signal that triggers a dump (default none). Env: MIMALLOC_PPROF_DUMP_SIGNAL. */
   signal?: NodeJS.Signals;
@@ -128,7 +130,8 @@ export function startDumps(options: DumpOptions = {}, env: NodeJS.ProcessEnv = p
   const rotate = async () => {
     const files = (await readdir(dir))
       .map((f) => ({ f, m: pattern.exec(f) }))
-      .filter((x): x is { f: string; m: RegExpExecArray } => x.m !== null)
+      // only this process's files: cluster workers and restarts may share the directory
+      .filter((x): x is { f: string; m: RegExpExecArray } => x.m !== null && x.m[1] === String(process.pid))
       .sort((a, b) => (a.m[2]! < b.m[2]! ? -1 : a.m[2]! > b.m[2]! ? 1 : Number(a.m[3] ?? 0) - Number(b.m[3] ?? 0)));
     for (const { f } of files.slice(0, Math.max(0, files.length - keep))) await rm(join(dir, f), { force: true });
   };

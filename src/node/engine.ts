@@ -221,7 +221,7 @@ export function render(p0: Profile, spec: RenderSpec, cache: Map<string, Uint8Ar
  * (alloc_*: what was allocated in it; inuse_*: what the in-use memory grew or shrank by).
  */
 export function renderDelta(base: Profile, baseTimeNs: bigint, next: Profile, nextTimeNs: bigint, spec: RenderSpec): Uint8Array {
-  const d = diff(base, next);
+  const d = diff(base, next, { keepLabels: true }); // thread and heap labels, as the snapshots have them
   d.timeNanos = canonical(baseTimeNs);
   d.durationNanos = canonical(nextTimeNs - baseTimeNs);
   d.comment.push(d.stringTable.dedup(`mimalloc-pprof delta over ${Number(nextTimeNs - baseTimeNs) / 1e9} s`));

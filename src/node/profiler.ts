@@ -38,6 +38,9 @@ export interface StartOptions {
   /** Also sample this thread's JavaScript heap (V8's sampling heap profiler, same interval):
    * profiles then carry it as heap=js samples beside the native heap=native ones. */
   jsHeap?: boolean;
+  /** Also profile the profiler's own worker thread (default false: its memory, symbol tables
+   * and encoded profiles, is left out from the time it starts). */
+  includeProfilerThreads?: boolean;
 }
 
 /** The preload library's figures (mi_prof_stats_t): sampled, estimated, exact, process; and
@@ -78,7 +81,7 @@ export interface ProfileOptions {
   jsHeap?: boolean;
 }
 
-const START_KEYS = new Set(['interval', 'seed', 'accum', 'btMax', 'maxBytes', 'jsHeap']);
+const START_KEYS = new Set(['interval', 'seed', 'accum', 'btMax', 'maxBytes', 'jsHeap', 'includeProfilerThreads']);
 const PROFILE_KEYS = new Set(['format', 'gzip', 'sampleType', 'gc', 'jsHeap']);
 const SAMPLE_TYPES = new Set(['inuse_space', 'inuse_objects', 'alloc_space', 'alloc_objects']);
 
@@ -105,6 +108,9 @@ export function checkStartOptions(options: StartOptions): void {
   }
   if (options.accum !== undefined && typeof options.accum !== 'boolean') throw new TypeError('start: accum must be a boolean');
   if (options.jsHeap !== undefined && typeof options.jsHeap !== 'boolean') throw new TypeError('start: jsHeap must be a boolean');
+  if (options.includeProfilerThreads !== undefined && typeof options.includeProfilerThreads !== 'boolean') {
+    throw new TypeError('start: includeProfilerThreads must be a boolean');
+  }
 }
 
 function checkProfileOptions(options: ProfileOptions): void {
@@ -170,7 +176,8 @@ export const profiler = {
   /** Starts sampling; false when it was already running (its settings are kept). */
   start(options: StartOptions = {}): boolean {
     checkStartOptions(options);
-    const { jsHeap, ...native } = options;
+    const { jsHeap, includeProfilerThreads, ...native } = options;
+    if (includeProfilerThreads !== undefined) snapshots.includeProfilerThreads = includeProfilerThreads;
     const started = withAddon((a) => a.start(native));
     if (jsHeap === true) startJsHeap(options.interval ?? (withAddon((a) => a.stats()).sampleInterval || 524288));
     return started;

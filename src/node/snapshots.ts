@@ -55,8 +55,8 @@ class ProfilingWorker {
   live = 0;
   idleMs = 30_000;
 
-  call(msg: Request, transfer: ArrayBuffer[] = []): Promise<WorkerResponse> {
-    const w = this.ensure();
+  call(msg: Request, transfer: ArrayBuffer[] = [], excludeSelf = true): Promise<WorkerResponse> {
+    const w = this.ensure(excludeSelf);
     const seq = ++this.seq;
     return new Promise<WorkerResponse>((resolve, reject) => {
       this.pending.set(seq, { resolve, reject });
@@ -73,11 +73,11 @@ class ProfilingWorker {
     this.refresh();
   }
 
-  private ensure(): Worker {
+  private ensure(excludeSelf: boolean): Worker {
     if (this.worker) return this.worker;
     // the raw dump's path: written atomically by the library (mode 0600), removed once read
     const dumpPath = join(tmpdir(), `mimalloc-pprof-${process.pid}-${randomBytes(6).toString('hex')}.pb`);
-    const w = new Worker(new URL('./worker.js', import.meta.url), { workerData: { dumpPath }, name: 'mimalloc-pprof' });
+    const w = new Worker(new URL('./worker.js', import.meta.url), { workerData: { dumpPath, excludeSelf }, name: 'mimalloc-pprof' });
     this.dumpPath = dumpPath;
     this.worker = w;
     w.on('message', (m: WorkerResponse) => {
@@ -218,6 +218,11 @@ export class SnapshotSource {
   private inflight: State | undefined;
   /** Dumps taken so far (observability, tests). */
   dumps = 0;
+  /**
+   * Whether the profiling worker's own allocations are sampled (default false: its memory is
+   * the profiler's, not the application's; profiler.start({ includeProfilerThreads })).
+   */
+  includeProfilerThreads = false;
 
   /**
    * A lease on a fresh snapshot: a new dump, or the one under way. `gc`: run V8's gc first
@@ -234,7 +239,7 @@ export class SnapshotSource {
       const jsHeap = takeJsHeap();
       // the application's heap figures from its own thread; the worker measures the rest
       const v8Heap = v8HeapFigures();
-      const ready = this.worker.call({ op: 'snapshot', ...(jsHeap ? { jsHeap } : {}), v8Heap }).then((r) => r as { id: number; timeNs: bigint; samples: number });
+      const ready = this.worker.call({ op: 'snapshot', ...(jsHeap ? { jsHeap } : {}), v8Heap, excludeSelf: !this.includeProfilerThreads }, [], !this.includeProfilerThreads).then((r) => r as { id: number; timeNs: bigint; samples: number });
       const s: State = { ready, epoch: this.worker.epoch, gc, refs: 0, renders: new Map() };
       this.worker.live++;
       this.dumps++;

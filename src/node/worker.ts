@@ -19,7 +19,7 @@ import { requireAddon, translate } from './addon.js';
 import { render, renderDelta, renderWindow, takeSnapshot, type RenderSpec } from './engine.js';
 
 export type WorkerRequest =
-  | { seq: number; op: 'snapshot'; jsHeap?: { interval: number; profile: V8SamplingHeapProfile }; v8Heap?: V8HeapFigures }
+  | { seq: number; op: 'snapshot'; jsHeap?: { interval: number; profile: V8SamplingHeapProfile }; v8Heap?: V8HeapFigures; excludeSelf?: boolean }
   | { seq: number; op: 'render'; id: number; spec: RenderSpec }
   | { seq: number; op: 'delta'; baseId: number; id: number; spec: RenderSpec }
   | { seq: number; op: 'window'; baseId?: number; id: number; fromNs: bigint; untilNs: bigint }
@@ -34,7 +34,17 @@ if (parentPort) {
   const port = parentPort;
   const snapshots = new Map<number, { profile: Profile; timeNs: bigint; cache: Map<string, Uint8Array> }>();
   let nextId = 1;
-  const dumpPath = (workerData as { dumpPath: string }).dumpPath;
+  const { dumpPath, excludeSelf } = workerData as { dumpPath: string; excludeSelf?: boolean };
+  // This thread's memory (module code, ELF symbol tables, encoded profiles) is the profiler's,
+  // not the application's: left out of profiles unless asked for (from now on; see snapshots.ts).
+  const exclude = (on: boolean) => {
+    try {
+      requireAddon().excludeThread(on);
+    } catch {
+      // no preload: every request answers with that error anyway
+    }
+  };
+  exclude(excludeSelf !== false);
   const get = (id: number) => {
     const s = snapshots.get(id);
     if (!s) throw new Error(`snapshot ${id} is gone (released, or the profiling worker restarted)`);
@@ -53,6 +63,7 @@ if (parentPort) {
     try {
       switch (msg.op) {
         case 'snapshot': {
+          if (msg.excludeSelf !== undefined) exclude(msg.excludeSelf);
           const id = nextId++;
           const timeNs = BigInt(Date.now()) * 1_000_000n;
           const profile = takeSnapshot(requireAddon(), dumpPath);

@@ -10,6 +10,17 @@ export const packageRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..'
 export const LIBRARY_FILE = 'libmimalloc-pprof.so';
 
 /**
+ * The command that builds the native parts: installed as a dependency (whose install script
+ * did not run, e.g. `npm install --ignore-scripts`), `npm rebuild mimalloc-pprof` in the
+ * project; in a checkout, `npm install` in it.
+ */
+export function buildHint(root = packageRoot): string {
+  return root.split(/[\\/]/).includes('node_modules')
+    ? 'run `npm rebuild mimalloc-pprof` in your project (or `node scripts/setup.mjs` in ' + root + ')'
+    : 'run `npm install` (or `node scripts/setup.mjs`) in ' + root;
+}
+
+/**
  * Absolute path of the preload library. `MIMALLOC_PPROF_LIB` overrides the built one (for a
  * library built elsewhere); a missing file is an error that names the fix.
  */
@@ -24,7 +35,7 @@ export function libraryPath(env: NodeJS.ProcessEnv = process.env): string {
   const built = join(packageRoot, 'build', LIBRARY_FILE);
   if (!existsSync(built)) {
     throw new LibraryMissingError(
-      `the preload library is not built (${built} is missing): run \`npm install\` (or \`node scripts/setup.mjs\`) in ${packageRoot}`,
+      `the preload library is not built (${built} is missing): ${buildHint()}`,
     );
   }
   return built;
@@ -36,7 +47,7 @@ export const ADDON_FILE = 'mimalloc_pprof.node';
 export function addonPath(): string {
   const built = join(packageRoot, 'build', ADDON_FILE);
   if (!existsSync(built)) {
-    throw new LibraryMissingError(`the Node addon is not built (${built} is missing): run \`npm install\` in ${packageRoot}`);
+    throw new LibraryMissingError(`the Node addon is not built (${built} is missing): ${buildHint()}`);
   }
   return built;
 }
@@ -54,7 +65,7 @@ export function includePath(): string {
 export function pkgConfigPath(): string {
   const dir = join(packageRoot, 'build');
   if (!existsSync(join(dir, 'mimalloc-pprof.pc'))) {
-    throw new LibraryMissingError(`mimalloc-pprof.pc is not built (${dir} has none): run \`npm install\` (or \`node scripts/setup.mjs\`) in ${packageRoot}`);
+    throw new LibraryMissingError(`mimalloc-pprof.pc is not built (${dir} has none): ${buildHint()}`);
   }
   return dir;
 }

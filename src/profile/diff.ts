@@ -4,11 +4,12 @@
  * the result has NEXT's matched types, in NEXT's order, and its header. Samples are keyed
  * by their stack: a frame is its function names when the location is symbolised, else its
  * binary and file offset (so runs with different load addresses, and text and proto dumps,
- * line up); labels are dropped. Values are summed per stack, NEXT minus BASE; stacks whose differences are
+ * line up); labels are dropped, or with `keepLabels` (a service's `?seconds=N` delta, whose
+ * labels say which thread allocated) are part of the key and kept. Values are summed per stack, NEXT minus BASE; stacks whose differences are
  * all 0 are dropped. Throws ProfileMismatchError when no sample type is common.
  */
 import { ProfileMismatchError } from '../errors.js';
-import { ProfileBuilder, headerOf, sampleTypesOf, type Source } from './builder.js';
+import { ProfileBuilder, headerOf, labelKey, sampleTypesOf, type Source } from './builder.js';
 import { baseName, canonical, heapTypeName, isZero, type Numeric, type Profile, str, sub64, toBig } from './model.js';
 
 /**
@@ -38,7 +39,8 @@ function stackKey(b: ProfileBuilder, src: Source, ids: readonly Numeric[], keys:
 }
 
 /** The profile of NEXT − BASE (see the file comment). */
-export function diff(base: Profile, next: Profile): Profile {
+export function diff(base: Profile, next: Profile, options: { keepLabels?: boolean } = {}): Profile {
+  const keepLabels = options.keepLabels === true;
   const bt = sampleTypesOf(base).map(([t, u]) => `${heapTypeName(t)}/${u}`);
   const nt = sampleTypesOf(next);
   const pairs: [number, number][] = [];
@@ -56,13 +58,16 @@ export function diff(base: Profile, next: Profile): Profile {
   const nkeys = new Map<Numeric, string>();
   for (const s of next.sample) {
     const { key, locs } = stackKey(b, nsrc, s.locationId, nkeys);
-    b.add(key, locs, pairs.map(([j]) => s.value[j]!), []);
+    if (keepLabels) b.add(`${key}|${labelKey(next, s)}`, locs, pairs.map(([j]) => s.value[j]!), b.labels(nsrc, s));
+    else b.add(key, locs, pairs.map(([j]) => s.value[j]!), []);
   }
   const bsrc = b.source(base);
   const bkeys = new Map<Numeric, string>();
   for (const s of base.sample) {
     const { key, locs } = stackKey(b, bsrc, s.locationId, bkeys);
-    b.add(key, locs, pairs.map(([, i]) => sub64(0, s.value[i]!)), []);
+    const values = pairs.map(([, i]) => sub64(0, s.value[i]!));
+    if (keepLabels) b.add(`${key}|${labelKey(base, s)}`, locs, values, b.labels(bsrc, s));
+    else b.add(key, locs, values, []);
   }
   const h = headerOf(next);
   const types = pairs.map(([j]) => nt[j]!);

@@ -1,7 +1,13 @@
-/** Profile files on disk: read with errors that name the file, written atomically. */
+/**
+ * Profiles on disk or behind a URL: read with errors that name the source, written
+ * atomically. A gzipped input is measured by streaming it through gunzip before it is
+ * decompressed for real, so an input that inflates past the limit is refused having held one
+ * chunk of it, never the limit's worth.
+ */
 import { readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createGunzip } from 'node:zlib';
 
-import { FileAccessError } from '../errors.js';
+import { FileAccessError, ProfileFormatError } from '../errors.js';
 import type { Profile } from './model.js';
 import { DEFAULT_MAX_BYTES, parseProfile } from './parse.js';
 
@@ -23,8 +29,8 @@ function reason(e: unknown): string {
   }
 }
 
-/** Reads and parses a profile file (any supported format); errors name the file. */
-export function readProfileFile(path: string): Profile {
+/** A file's bytes, at most DEFAULT_MAX_BYTES; errors name the file. */
+function readBytes(path: string): Buffer {
   let data: Buffer;
   try {
     const st = statSync(path);
@@ -35,7 +41,131 @@ export function readProfileFile(path: string): Profile {
     if (e instanceof FileAccessError) throw e;
     throw new FileAccessError(`cannot read ${path}: ${reason(e)}`);
   }
-  return parseProfile(data, path);
+  return data;
+}
+
+/** Reads and parses a profile file (any supported format) synchronously; errors name the file. */
+export function readProfileFile(path: string): Profile {
+  return parseProfile(readBytes(path), path);
+}
+
+/**
+ * The decompressed size of gzip data, counted chunk by chunk and given up past `limit`
+ * ('over'); undefined when the data is not valid gzip (parseProfile then says why).
+ */
+export function gunzippedSize(data: Uint8Array, limit: number): Promise<number | 'over' | undefined> {
+  return new Promise((resolve) => {
+    const z = createGunzip();
+    let size = 0;
+    z.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) {
+        z.destroy();
+        resolve('over');
+      }
+    });
+    z.on('end', () => resolve(size));
+    z.on('error', () => resolve(undefined));
+    z.end(data);
+  });
+}
+
+/** parseProfile after the streamed size check (see the file comment). */
+async function parseBounded(data: Uint8Array, name: string): Promise<Profile> {
+  if (data.length >= 2 && data[0] === 0x1f && data[1] === 0x8b && (await gunzippedSize(data, DEFAULT_MAX_BYTES)) === 'over') {
+    throw new ProfileFormatError(`${name}: decompresses to more than 1 GiB, beyond this tool's limit`);
+  }
+  return parseProfile(data, name);
+}
+
+/** Whether a command-line argument names a URL rather than a file. */
+export function isProfileUrl(source: string): boolean {
+  return /^https?:\/\//i.test(source);
+}
+
+export interface ReadOptions {
+  /** Bearer token for URLs (`Authorization: Bearer …`). */
+  token?: string;
+  /** Give up on a URL after this long (default 60 s, plus `seconds=N` of a delta request). */
+  timeoutMs?: number;
+}
+
+/** The body of a profile URL, at most DEFAULT_MAX_BYTES; errors name the URL. */
+async function fetchProfileBytes(url: string, options: ReadOptions): Promise<Uint8Array> {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new FileAccessError(`cannot read ${url}: it is not a valid URL`);
+  }
+  const shown = `${parsed.origin}${parsed.pathname}${parsed.search}`;
+  if (parsed.username !== '' || parsed.password !== '') {
+    throw new FileAccessError(`cannot read ${shown}: put the credentials in --token (or MIMALLOC_PPROF_TOKEN), not in the URL`);
+  }
+  const seconds = Number(parsed.searchParams.get('seconds') ?? '') || 0;
+  const timeoutMs = options.timeoutMs ?? 60_000 + Math.min(seconds, 3600) * 1000;
+  const headers: Record<string, string> = { 'User-Agent': 'mimalloc-pprof' };
+  if (options.token !== undefined && options.token !== '') headers.Authorization = `Bearer ${options.token}`;
+  let res: Response;
+  try {
+    // no redirects: a token must not follow one to another server
+    res = await fetch(parsed, { headers, redirect: 'manual', signal: AbortSignal.timeout(timeoutMs) });
+  } catch (e) {
+    const cause = (e as { cause?: { code?: string; message?: string } }).cause;
+    const why =
+      (e as { name?: string }).name === 'TimeoutError'
+        ? `no answer within ${Math.round(timeoutMs / 1000)} s`
+        : cause?.code
+          ? `${cause.code}${cause.message ? ` (${cause.message})` : ''}`
+          : e instanceof Error
+            ? e.message
+            : String(e);
+    throw new FileAccessError(`cannot read ${shown}: ${why}`);
+  }
+  if (res.status !== 200) {
+    const body = (await res.text().catch(() => '')).split('\n')[0]!.trim().slice(0, 200);
+    const hint =
+      res.status === 401
+        ? options.token
+          ? ': the server refused the token'
+          : ': the server wants a token (--token T, or MIMALLOC_PPROF_TOKEN)'
+        : res.status >= 300 && res.status < 400
+          ? `: it redirects to ${res.headers.get('location') ?? 'another address'}; give that URL`
+          : body !== ''
+            ? `: ${body}`
+            : '';
+    throw new FileAccessError(`cannot read ${shown}: HTTP ${res.status}${hint}`);
+  }
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  try {
+    const reader = res.body?.getReader();
+    for (;;) {
+      const r = reader ? await reader.read() : { done: true as const, value: undefined };
+      if (r.done) break;
+      size += r.value.length;
+      if (size > DEFAULT_MAX_BYTES) {
+        await reader?.cancel();
+        throw new FileAccessError(`cannot read ${shown}: the answer is larger than 1 GiB, beyond this tool's limit`);
+      }
+      chunks.push(r.value);
+    }
+  } catch (e) {
+    if (e instanceof FileAccessError) throw e;
+    throw new FileAccessError(`cannot read ${shown}: the answer broke off (${e instanceof Error ? e.message : String(e)})`);
+  }
+  return Buffer.concat(chunks, size);
+}
+
+/**
+ * Reads and parses a profile from a file or an http(s) URL (a `/debug/pprof/heap`
+ * endpoint, with `token` when it wants one). Errors name the source.
+ */
+export async function readProfile(source: string, options: ReadOptions = {}): Promise<Profile> {
+  if (!isProfileUrl(source)) {
+    return parseBounded(readBytes(source), source);
+  }
+  return parseBounded(await fetchProfileBytes(source, options), source.replace(/^(https?:\/\/)[^/@]*@/i, '$1'));
 }
 
 /** Writes a file atomically (temporary file + rename); errors name the file. */

@@ -48,6 +48,10 @@ export interface PushOptions {
 }
 
 export interface PushStats {
+  /** false: the profiler is not available in this process (no preload, or it could not
+   * start); nothing is collected or sent, and `reason` says why (logged once). */
+  available: boolean;
+  reason?: string;
   /** Windows collected. */
   collected: number;
   /** Profiles the server accepted. */
@@ -168,6 +172,12 @@ function post(url: URL, body: Buffer, headers: Record<string, string>, timeoutMs
   });
 }
 
+/** The pusher of a process where the profiler is unavailable: stats say so, calls do nothing. */
+function inertPusher(reason: string): Pusher {
+  const stats: PushStats = { available: false, reason, collected: 0, pushed: 0, failedAttempts: 0, dropped: 0, queued: 0, logged: 1 };
+  return { stats, flush: () => Promise.resolve(), stop: () => undefined };
+}
+
 function positive(name: string, v: unknown, dflt: number, min = 1): number {
   if (v === undefined) return dflt;
   if (typeof v !== 'number' || !Number.isFinite(v) || v < min) throw new TypeError(`pushTo: ${name} must be a number of at least ${min}`);
@@ -175,8 +185,10 @@ function positive(name: string, v: unknown, dflt: number, min = 1): number {
 }
 
 /**
- * Starts pushing (see the file comment). Throws NotPreloadedError without the preload,
- * TypeError for a bad option; never throws or blocks afterwards.
+ * Starts pushing (see the file comment). Throws TypeError for a bad option, which is a bug
+ * in the caller; never throws for the profiler: without the preload (or when it cannot
+ * start) it logs one line and returns a pusher that does nothing, `stats.available` false.
+ * Never throws or blocks afterwards.
  */
 export function pushTo(options: PushOptions): Pusher {
   if (typeof options !== 'object' || options === null) throw new TypeError('pushTo: options are required');
@@ -198,10 +210,21 @@ export function pushTo(options: PushOptions): Pusher {
   const autoStart = options.autoStart ?? true;
   const startOptions: StartOptions = autoStart === true ? { accum: true } : autoStart === false ? {} : { accum: true, ...autoStart };
   if (autoStart !== false) checkStartOptions(startOptions);
-  requireAddon();
-  if (autoStart !== false && !profiler.isRunning()) profiler.start(startOptions);
-  // the JavaScript heap beside the native one (heap=js samples), unless the start options say no
-  if (autoStart !== false && startOptions.jsHeap !== false) startJsHeap(profiler.stats().sampleInterval || 524288);
+  const logger = options.logger ?? stderrLogger;
+  try {
+    requireAddon();
+    if (autoStart !== false && !profiler.isRunning()) profiler.start(startOptions);
+    // the JavaScript heap beside the native one (heap=js samples), unless the start options say no
+    if (autoStart !== false && startOptions.jsHeap !== false) startJsHeap(profiler.stats().sampleInterval || 524288);
+  } catch (e) {
+    const reason = e instanceof Error ? e.message : String(e);
+    try {
+      logger(`mimalloc-pprof: push to ${base.origin} is off: ${reason}`);
+    } catch {
+      // a logger that throws must not break the caller
+    }
+    return inertPusher(reason);
+  }
 
   const ingest = new URL(base.href);
   if (!/\/ingest\/?$/.test(ingest.pathname)) ingest.pathname = `${ingest.pathname.replace(/\/+$/, '')}/ingest`;
@@ -214,10 +237,10 @@ export function pushTo(options: PushOptions): Pusher {
   ingest.password = '';
   if (options.tenantId) headers['X-Scope-OrgID'] = options.tenantId;
   const config = new TextEncoder().encode(JSON.stringify(SAMPLE_TYPE_CONFIG));
-  const failures = new FailureWindow(options.logger ?? stderrLogger, `push to ${ingest.origin}${ingest.pathname}`);
+  const failures = new FailureWindow(logger, `push to ${ingest.origin}${ingest.pathname}`);
 
   const queue: Item[] = [];
-  const stats: PushStats = { collected: 0, pushed: 0, failedAttempts: 0, dropped: 0, queued: 0, logged: 0 };
+  const stats: PushStats = { available: true, collected: 0, pushed: 0, failedAttempts: 0, dropped: 0, queued: 0, logged: 0 };
   let stopped = false;
   let previous: Lease | undefined;
   let previousNs = 0n;

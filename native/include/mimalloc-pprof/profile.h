@@ -78,6 +78,12 @@ mi_prof_export void mi_prof_reset(void);
 
 mi_prof_export bool mi_prof_is_enabled(void);
 
+/* Leaves the calling thread's allocations out of profiles (true) or puts them back (false),
+ * from now on: a profiler's own worker, or any thread whose memory is not the program's
+ * question. Its allocations are neither sampled nor counted in the estimates; blocks sampled
+ * before are kept, and frees on the thread are seen as always. Returns the previous setting. */
+mi_prof_export bool mi_prof_thread_exclude(bool exclude);
+
 /* Writes the profile atomically (temporary file + rename, mode 0600). "%p" in `path`
  * expands to the pid. False with errno set on failure; no partial file is ever left. */
 mi_prof_export mi_prof_nodiscard bool mi_prof_dump(const char* path);       /* heap_v2 text */
