@@ -13,6 +13,7 @@ export {
 export type { ErrorCode } from './errors.js';
 export {
   parseProfile,
+  readProfile,
   DEFAULT_MAX_BYTES,
   encodeProfile,
   encodeHeapText,
@@ -31,7 +32,7 @@ export {
   str,
   Profile,
 } from './profile/index.js';
-export type { ParseOptions, EncodeOptions, TopRow, Numeric, ProfileIndex, ParseResult } from './profile/index.js';
+export type { ParseOptions, ReadOptions, EncodeOptions, TopRow, Numeric, ProfileIndex, ParseResult } from './profile/index.js';
 export {
   profiler,
   memoryEvents,

@@ -42,6 +42,17 @@ function rebuild(error: { name: string; code?: string; message: string }): Error
   return e;
 }
 
+/** `execArgv` without --input-type (`--input-type=X` or `--input-type X`), which a worker refuses. */
+export function workerExecArgv(execArgv: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < execArgv.length; i++) {
+    const a = execArgv[i]!;
+    if (a === '--input-type') i++;
+    else if (!a.startsWith('--input-type=')) out.push(a);
+  }
+  return out;
+}
+
 /** The worker thread and its message plumbing. */
 class ProfilingWorker {
   private worker: Worker | undefined;
@@ -77,7 +88,12 @@ class ProfilingWorker {
     if (this.worker) return this.worker;
     // the raw dump's path: written atomically by the library (mode 0600), removed once read
     const dumpPath = join(tmpdir(), `mimalloc-pprof-${process.pid}-${randomBytes(6).toString('hex')}.pb`);
-    const w = new Worker(new URL('./worker.js', import.meta.url), { workerData: { dumpPath, excludeSelf }, name: 'mimalloc-pprof' });
+    const w = new Worker(new URL('./worker-entry.js', import.meta.url), {
+      workerData: { dumpPath, excludeSelf },
+      name: 'mimalloc-pprof',
+      // the process's node options, less those a worker refuses (`node --input-type=module -e`)
+      execArgv: workerExecArgv(process.execArgv),
+    });
     this.dumpPath = dumpPath;
     this.worker = w;
     w.on('message', (m: WorkerResponse) => {

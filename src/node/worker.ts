@@ -34,9 +34,10 @@ if (parentPort) {
   const port = parentPort;
   const snapshots = new Map<number, { profile: Profile; timeNs: bigint; cache: Map<string, Uint8Array> }>();
   let nextId = 1;
-  const { dumpPath, excludeSelf } = workerData as { dumpPath: string; excludeSelf?: boolean };
+  const { dumpPath } = workerData as { dumpPath: string };
   // This thread's memory (module code, ELF symbol tables, encoded profiles) is the profiler's,
-  // not the application's: left out of profiles unless asked for (from now on; see snapshots.ts).
+  // not the application's: left out of profiles unless asked for (worker-entry.ts sets it
+  // first; each snapshot request restates it, from then on).
   const exclude = (on: boolean) => {
     try {
       requireAddon().excludeThread(on);
@@ -44,7 +45,6 @@ if (parentPort) {
       // no preload: every request answers with that error anyway
     }
   };
-  exclude(excludeSelf !== false);
   const get = (id: number) => {
     const s = snapshots.get(id);
     if (!s) throw new Error(`snapshot ${id} is gone (released, or the profiling worker restarted)`);

@@ -5,6 +5,8 @@
  * chunk of it, never the limit's worth.
  */
 import { readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { get as httpGet } from 'node:http';
+import { get as httpsGet } from 'node:https';
 import { createGunzip } from 'node:zlib';
 
 import { FileAccessError, ProfileFormatError } from '../errors.js';
@@ -106,55 +108,44 @@ async function fetchProfileBytes(url: string, options: ReadOptions): Promise<Uin
   const timeoutMs = options.timeoutMs ?? 60_000 + Math.min(seconds, 3600) * 1000;
   const headers: Record<string, string> = { 'User-Agent': 'mimalloc-pprof' };
   if (options.token !== undefined && options.token !== '') headers.Authorization = `Bearer ${options.token}`;
-  let res: Response;
-  try {
-    // no redirects: a token must not follow one to another server
-    res = await fetch(parsed, { headers, redirect: 'manual', signal: AbortSignal.timeout(timeoutMs) });
-  } catch (e) {
-    const cause = (e as { cause?: { code?: string; message?: string } }).cause;
-    const why =
-      (e as { name?: string }).name === 'TimeoutError'
-        ? `no answer within ${Math.round(timeoutMs / 1000)} s`
-        : cause?.code
-          ? `${cause.code}${cause.message ? ` (${cause.message})` : ''}`
-          : e instanceof Error
-            ? e.message
-            : String(e);
-    throw new FileAccessError(`cannot read ${shown}: ${why}`);
-  }
-  if (res.status !== 200) {
-    const body = (await res.text().catch(() => '')).split('\n')[0]!.trim().slice(0, 200);
-    const hint =
-      res.status === 401
-        ? options.token
-          ? ': the server refused the token'
-          : ': the server wants a token (--token T, or MIMALLOC_PPROF_TOKEN)'
-        : res.status >= 300 && res.status < 400
-          ? `: it redirects to ${res.headers.get('location') ?? 'another address'}; give that URL`
-          : body !== ''
-            ? `: ${body}`
-            : '';
-    throw new FileAccessError(`cannot read ${shown}: HTTP ${res.status}${hint}`);
-  }
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  try {
-    const reader = res.body?.getReader();
-    for (;;) {
-      const r = reader ? await reader.read() : { done: true as const, value: undefined };
-      if (r.done) break;
-      size += r.value.length;
-      if (size > DEFAULT_MAX_BYTES) {
-        await reader?.cancel();
-        throw new FileAccessError(`cannot read ${shown}: the answer is larger than 1 GiB, beyond this tool's limit`);
-      }
-      chunks.push(r.value);
-    }
-  } catch (e) {
-    if (e instanceof FileAccessError) throw e;
-    throw new FileAccessError(`cannot read ${shown}: the answer broke off (${e instanceof Error ? e.message : String(e)})`);
-  }
-  return Buffer.concat(chunks, size);
+  // node:http rather than fetch: any port (fetch refuses some, e.g. 6000), errors with their codes
+  const get = parsed.protocol === 'https:' ? httpsGet : httpGet;
+  return new Promise<Uint8Array>((resolve, reject) => {
+    const fail = (why: string) => reject(new FileAccessError(`cannot read ${shown}: ${why}`));
+    const req = get(parsed, { headers, timeout: timeoutMs }, (res) => {
+      const status = res.statusCode ?? 0;
+      const chunks: Buffer[] = [];
+      let size = 0;
+      res.on('data', (c: Buffer) => {
+        size += c.length;
+        if (status === 200 && size > DEFAULT_MAX_BYTES) {
+          req.destroy();
+          fail("the answer is larger than 1 GiB, beyond this tool's limit");
+        } else if (status === 200 || size <= 4096) {
+          chunks.push(c);
+        }
+      });
+      res.on('error', (e) => fail(`the answer broke off (${e.message})`));
+      res.on('end', () => {
+        if (status === 200) return resolve(Buffer.concat(chunks));
+        // no redirects followed: a token must not follow one to another server
+        const body = Buffer.concat(chunks).toString('utf8').split('\n')[0]!.trim().slice(0, 200);
+        const hint =
+          status === 401
+            ? options.token
+              ? ': the server refused the token'
+              : ': the server wants a token (--token T, or MIMALLOC_PPROF_TOKEN)'
+            : status >= 300 && status < 400
+              ? `: it redirects to ${res.headers.location ?? 'another address'}; give that URL`
+              : body !== ''
+                ? `: ${body}`
+                : '';
+        fail(`HTTP ${status}${hint}`);
+      });
+    });
+    req.on('timeout', () => req.destroy(Object.assign(new Error(`no answer within ${Math.round(timeoutMs / 1000)} s`), { code: 'ETIMEDOUT' })));
+    req.on('error', (e: NodeJS.ErrnoException) => fail(e.code === 'ETIMEDOUT' ? e.message : e.code ? `${e.code} (${e.message})` : e.message));
+  });
 }
 
 /**

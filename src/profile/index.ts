@@ -3,6 +3,7 @@ export { parseProfile, DEFAULT_MAX_BYTES, type ParseOptions } from './parse.js';
 export { encodeProfile, type EncodeOptions } from './proto.js';
 export { encodeHeapText, parseHeapText, unsampleHeapPair } from './heap-text.js';
 export { validateProfile } from './validate.js';
+export { readProfile, type ReadOptions } from './files.js';
 export { scale } from './scale.js';
 export { merge } from './merge.js';
 export { diff } from './diff.js';
