@@ -89,7 +89,10 @@ if (nodeInclude === undefined) {
   fail(`Node's headers (node_api.h) are missing: looked in ${includeCandidates.join(', ')}; install the headers of this Node ${process.version}`);
 }
 
-const make = spawnSync('make', ['-s', '-C', join(root, 'native'), `BUILD=${join(root, 'build')}`, `NODE_INCLUDE=${nodeInclude}`], {
+// make cannot name files whose paths have spaces: it runs in native/ and builds into ../build,
+// so the package may live anywhere (e.g. under "My Projects/")
+const make = spawnSync('make', ['-s', `BUILD=../build`, `NODE_INCLUDE=${nodeInclude}`], {
+  cwd: join(root, 'native'),
   stdio: 'inherit',
 });
 if (make.status !== 0) fail('building the preload library failed (see above)');

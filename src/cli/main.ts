@@ -24,7 +24,7 @@ const debug = debuglog('mimalloc-pprof');
 export type CommandName = 'lib' | 'include' | 'pkg-config-path' | 'run' | 'top' | 'diff' | 'convert' | 'symbolize' | 'compare';
 
 /** A command that prints one path and takes no arguments. */
-function pathCommand(name: string, summary: string, help: string, path: () => string): Command {
+function pathCommand(name: string, summary: string, help: string, path: () => string, check?: (p: string) => string | undefined): Command {
   return {
     summary,
     run(rest, io) {
@@ -33,7 +33,10 @@ function pathCommand(name: string, summary: string, help: string, path: () => st
         return 0;
       }
       if (rest.length > 0) throw new UsageError(`${name} takes no arguments (got ${rest.join(' ')})`);
-      io.out.write(`${path()}\n`);
+      const p = path();
+      const warning = check?.(p);
+      if (warning) io.err.write(`mimalloc-pprof: warning: ${warning}\n`);
+      io.out.write(`${p}\n`);
       return 0;
     },
   };
@@ -44,9 +47,12 @@ const libCommand = pathCommand(
   'print the absolute path of the preload library, for\nLD_PRELOAD=$(npx mimalloc-pprof lib) ./app',
   `Usage: mimalloc-pprof lib
 
-Prints the absolute path of the preload library (libmimalloc-pprof.so).
+Prints the absolute path of the preload library (libmimalloc-pprof.so). LD_PRELOAD splits
+on spaces and colons: when the path holds one, link the file from a path without (run does
+that by itself).
 `,
   () => libraryPath(),
+  (p) => (/[\s:]/.test(p) ? 'this path holds a space or a colon, which LD_PRELOAD splits on: link it from a path without one (ln -s), or use mimalloc-pprof run' : undefined),
 );
 
 const includeCommand = pathCommand(
