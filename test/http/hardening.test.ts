@@ -7,6 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import { mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
@@ -80,9 +81,12 @@ test('top reads a token-protected /debug/pprof/heap URL with --token or MIMALLOC
     const env = await cli(['diff', url, url]);
     assert.equal(env.status, 0, env.stderr);
     const dir = join(root, 'build', 'test');
+    mkdirSync(dir, { recursive: true });
     const out = join(dir, `converted-${process.pid}.pb.gz`);
     const conv = await cli(['convert', url, out]);
     assert.equal(conv.status, 0, conv.stderr);
+    assert.ok(parseProfile(readFileSync(out)).sample.length > 0);
+    rmSync(out, { force: true });
   } finally {
     delete process.env.MIMALLOC_PPROF_TOKEN;
   }
