@@ -91,8 +91,9 @@ class ProfilingWorker {
     const w = new Worker(new URL('./worker-entry.js', import.meta.url), {
       workerData: { dumpPath, excludeSelf },
       name: 'mimalloc-pprof',
-      // the process's node options, less those a worker refuses (`node --input-type=module -e`)
-      execArgv: workerExecArgv(process.execArgv),
+      // the process's node options, inherited, unless they hold one a worker refuses
+      // (`node --input-type=module -e`): then none (V8's flags are the process's anyway)
+      ...(workerExecArgv(process.execArgv).length !== process.execArgv.length ? { execArgv: [] } : {}),
     });
     this.dumpPath = dumpPath;
     this.worker = w;

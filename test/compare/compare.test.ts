@@ -11,6 +11,7 @@ import { existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
+import { buildHint } from '../../src/preload/library.js';
 import { parseAllocators, resolveAllocators } from '../../src/compare/allocators.js';
 import { analyse, type CompareResult, type RunRecord } from '../../src/compare/compare.js';
 import { renderMarkdown, renderText } from '../../src/compare/report.js';
@@ -150,7 +151,7 @@ test('an allocator that is not installed is skipped with the package that provid
       ['mimalloc', 'libmimalloc2.0'],
       ['jemalloc', 'libjemalloc2'],
       ['tcmalloc', 'libgoogle-perftools4'],
-      ['pp', 'the preload library is not built (run npm install)'],
+      ['pp', `the preload library is not built (${buildHint()})`],
     ],
   );
   // found through a directory when ldconfig's cache does not list it

@@ -48,10 +48,10 @@ function runCalls(preload: boolean): { status: number | null; stderr: string; r:
   return { status: p.status, stderr: p.stderr, r: JSON.parse(last) };
 }
 
-const SYNC = ['isRunning', 'start', 'stats', 'memoryEvents.before', 'memoryEvents.enable', 'memoryEvents.snapshot', 'memoryEvents.disable', 'reset', 'startDumps', 'pushTo', 'stop', 'isRunningAfterStop', 'startSeeded'];
+const SYNC = ['isRunning', 'start', 'stats', 'memoryEvents.before', 'memoryEvents.enable', 'memoryEvents.snapshot', 'memoryEvents.disable', 'reset', 'startDumps', 'stop', 'isRunningAfterStop', 'startSeeded'];
 const ASYNC = ['profile', 'profile.text', 'profile.allocs', 'writeProfile'];
 
-test('without the preload: available() says why, every call fails with NotPreloadedError, the process runs on', () => {
+test('without the preload: available() says why, every call fails with NotPreloadedError but pushTo, the process runs on', () => {
   const { status, stderr, r } = runCalls(false);
   assert.equal(status, 0, stderr);
   assert.deepEqual(r.available, {
@@ -67,6 +67,11 @@ test('without the preload: available() says why, every call fails with NotPreloa
     assert.ok(o.error?.notPreloaded, `${name}: instanceof NotPreloadedError`);
     assert.match(o.error!.message, /not available in this process: not preloaded/);
   }
+  // pushTo returns a pusher that does nothing and says why (a push must never stop the app)
+  assert.equal(r.pushTo!.kind, 'returned', JSON.stringify(r.pushTo));
+  const push = (r.pushTo!.value as { stats: { available: boolean; reason: string } }).stats;
+  assert.equal(push.available, false);
+  assert.match(push.reason, /not available in this process: not preloaded/);
   // argument errors still come first, as TypeError
   assert.equal(r.badStart!.error?.class, 'TypeError');
   assert.equal(r.badProfile!.kind, 'rejected');
@@ -85,10 +90,11 @@ test('under the preload (the positive control): every call works', () => {
   const { status, stderr, r } = runCalls(true);
   assert.equal(status, 0, stderr);
   assert.equal((r.available as { available: boolean }).available, true);
-  for (const name of [...SYNC, ...ASYNC]) {
+  for (const name of [...SYNC, 'pushTo', ...ASYNC]) {
     const o = r[name] as Outcome;
-    assert.equal(o.kind, SYNC.includes(name) ? 'returned' : 'resolved', `${name}: ${JSON.stringify(o)}`);
+    assert.equal(o.kind, SYNC.includes(name) || name === 'pushTo' ? 'returned' : 'resolved', `${name}: ${JSON.stringify(o)}`);
   }
+  assert.equal((r.pushTo!.value as { stats: { available: boolean } }).stats.available, true);
   assert.equal(r.isRunning!.value, true);
   assert.equal(r.start!.value, false, 'already running (MIMALLOC_PROF=1): start says so');
   const stats = r.stats!.value as Record<string, number | boolean>;

@@ -135,6 +135,8 @@ rmSync(dir, { recursive: true, force: true });
 for (const v of Object.values(results)) {
   if (!v || typeof v !== 'object' || !('value' in v)) continue;
   if (v.value instanceof Uint8Array) v.value = 'bytes';
-  else if (v.value && typeof v.value === 'object' && Object.values(v.value).some((x) => typeof x === 'function')) v.value = 'handle';
+  else if (v.value && typeof v.value === 'object' && Object.values(v.value).some((x) => typeof x === 'function')) {
+    v.value = 'stats' in v.value ? { stats: v.value.stats } : 'handle'; // a pusher: its stats
+  }
 }
 process.stdout.write(`${JSON.stringify(results)}\n`);
