@@ -1,6 +1,7 @@
 // Installs what the test suite uses besides npm packages: the real google/pprof
 // (`go tool pprof`, Debian golang-go), valgrind for the callgrind benchmark, g++ for the
-// C++ fixtures, clang with its sanitizer and libFuzzer runtimes for the reliability gates. As
+// C++ fixtures, clang with its sanitizer and libFuzzer runtimes for the reliability gates,
+// Debian's chromium for the HTML report's tests in a real browser. As
 // root on Debian/Ubuntu they are installed; elsewhere a missing one stops the run with one line
 // naming it.
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -19,6 +20,8 @@ const needs = [
   // runtimes (Debian 12: clang 14's, only recommended by clang; sh: a shell test)
   ['clang', 'clang'],
   ['sh:test -e "$(clang -print-file-name=libclang_rt.fuzzer-$(uname -m).a)"', 'libclang-rt-14-dev'],
+  // the HTML report's tests: a real browser, driven by playwright-core (no browser download)
+  ['chromium', 'chromium'],
 ];
 
 const has = (cmd) =>

@@ -13,6 +13,7 @@ import { MimallocPprofError, UsageError } from '../errors.js';
 import { includePath, libraryPath, packageRoot, pkgConfigPath } from '../preload/library.js';
 import type { Command, Io, Out } from './args.js';
 import { compareCommandEntry } from './compare.js';
+import { reportCommand } from './report.js';
 import { convertCommand } from './convert.js';
 import { diffCommand } from './diff.js';
 import { runCommand } from './run.js';
@@ -21,7 +22,7 @@ import { topCommand } from './top.js';
 
 const debug = debuglog('mimalloc-pprof');
 
-export type CommandName = 'lib' | 'include' | 'pkg-config-path' | 'run' | 'top' | 'diff' | 'convert' | 'symbolize' | 'compare';
+export type CommandName = 'lib' | 'include' | 'pkg-config-path' | 'run' | 'top' | 'diff' | 'convert' | 'report' | 'symbolize' | 'compare';
 
 /** A command that prints one path and takes no arguments. */
 function pathCommand(name: string, summary: string, help: string, path: () => string, check?: (p: string) => string | undefined): Command {
@@ -91,6 +92,7 @@ const COMMANDS: Record<CommandName, Command> = {
   top: topCommand,
   diff: diffCommand,
   convert: convertCommand,
+  report: reportCommand,
   symbolize: symbolizeCommand,
   compare: compareCommandEntry,
 };

@@ -10,7 +10,9 @@ import type { Profile } from 'pprof-format';
 
 import { UsageError } from '../errors.js';
 import { formatRssLines } from '../profile/rss.js';
-import { EXIT_HOOK, runProgram, type ProcessReport, type RunOptions } from '../run/index.js';
+import { writeHtmlReport } from '../report/index.js';
+import { isProfilerScript } from '../report/data.js';
+import { runProgram, type ProcessReport, type RunOptions } from '../run/index.js';
 import { isJavaScriptName } from '../symbolize/perfmap.js';
 import { splitCommandLine } from './args.js';
 import { humanBytes, printTop } from './top.js';
@@ -43,25 +45,30 @@ Options:
                       heap=native)
   --main-only         profile only the process run starts, or what it exec's (its children
                       run on mimalloc, unprofiled)
+  --html              also write an offline HTML report of the profile that is detailed
+                      (flame graph, tables; see mimalloc-pprof report) next to it, FILE
+                      with .html for its extension
   --no-profile        only run CMD on mimalloc (no profiling)
   -h, --help          this help
 `;
 
 interface CliRunOptions extends RunOptions {
   top: number;
+  html?: boolean;
 }
 
 const VALUE_OPTIONS = new Set(['--out', '--format', '--interval', '--seed', '--bt-max', '--top']);
 
 export function parseRunArgs(argv: string[]): CliRunOptions | 'help' {
   const opts: CliRunOptions = { out: 'mimalloc-pprof.pb.gz', format: 'proto', btMax: 64, top: 10, profile: true, gc: true, jsHeap: true, command: [] };
-  const split = splitCommandLine('run', argv, new Set(['--no-profile', '--no-gc', '--no-js-heap', '--main-only']), VALUE_OPTIONS);
+  const split = splitCommandLine('run', argv, new Set(['--no-profile', '--no-gc', '--no-js-heap', '--main-only', '--html']), VALUE_OPTIONS);
   if (split === 'help') return 'help';
   for (const [name, value] of split.options) {
     if (value === true) {
       if (name === '--no-gc') opts.gc = false;
       else if (name === '--no-js-heap') opts.jsHeap = false;
       else if (name === '--main-only') opts.mainOnly = true;
+      else if (name === '--html') opts.html = true;
       else opts.profile = false; // --no-profile
       continue;
     }
@@ -153,7 +160,22 @@ export async function runCommand(argv: string[]): Promise<number> {
     }
   }
   for (const p of profiled) err.write(`mimalloc-pprof: wrote ${p.file}${p.main ? '' : ` (pid ${p.pid})`}\n`);
+  if (opts.html && detailed.profile && detailed.file) {
+    const html = reportPath(detailed.file);
+    try {
+      writeHtmlReport(html, [{ profile: detailed.profile, source: basename(detailed.file) }]);
+      err.write(`mimalloc-pprof: wrote ${html}\n`);
+    } catch (e) {
+      // the program's status is what run answers with; the report is a convenience
+      err.write(`mimalloc-pprof: the HTML report was not written: ${e instanceof Error ? e.message : String(e)}\n`);
+    }
+  }
   return result.status;
+}
+
+/** FILE with `.html` for its profile extension (`x.pb.gz` → `x.html`). */
+export function reportPath(file: string): string {
+  return `${file.replace(/\.(pb\.gz|pb|pprof|heap|txt)$/i, '')}.html`;
 }
 
 /** The program's executable (the profile's first mapping) when none of its frames got a name. */
@@ -191,10 +213,10 @@ function printJavaScriptCallers(profile: Profile, n: number, out: { write(s: str
   const types = profile.sampleType.map((t) => str(t.type));
   const inuse = types.indexOf('inuse_space');
   // the program's own code: Node's internals (node:…) are the same for every program, and the
-  // exit hook's loading of the addon is the profiler's
+  // exit hook's work (loading the addon, measuring the resident set) is the profiler's
   const jsFunctions = new Map(
     profile.function
-      .filter((f) => isJavaScriptName(str(f.systemName)) && !str(f.filename).startsWith('node:') && str(f.filename) !== EXIT_HOOK)
+      .filter((f) => isJavaScriptName(str(f.systemName)) && !str(f.filename).startsWith('node:') && !isProfilerScript(str(f.filename)))
       .map((f) => [Number(f.id), f]),
   );
   if (inuse < 0 || jsFunctions.size === 0) return;
