@@ -234,7 +234,7 @@ test('MIMALLOC_PROF_ARENA_SIZE=0 (or below the minimum) warns and keeps the defa
 
 // ---- signals landing inside the profiler: no hang ------------------------------------------------
 
-const EXIT_RUNS = firstPass ? 10 : 5;
+const EXIT_RUNS = firstPass ? 6 : 3;
 test(`exit() from a signal handler that interrupted the profiler ends the process (${EXIT_RUNS} runs, each within 10 s)`, (t) => {
   const bin = build('exit_in_handler');
   const env = { MIMALLOC_PROF: '1', MIMALLOC_PROF_SAMPLE_INTERVAL: '64', MIMALLOC_PROF_DUMP_AT_EXIT: join(tempDir(), 'x.heap') };

@@ -27,7 +27,7 @@ import { sanitizedProgram } from './util.js';
 
 const HARNESS = join(root, 'test', 'fuzz', 'api_fuzz.c');
 const CORPUS = join(root, 'test', 'fuzz', 'corpus', 'api');
-const GATE_SECONDS = firstPass ? 30 : 15; /* the later passes repeat it shorter */
+const GATE_SECONDS = firstPass ? 20 : 10; /* the later passes repeat it shorter */
 const CONTROL_SECONDS = 90;
 const INPUT_TIMEOUT_S = 25;
 
