@@ -26,7 +26,7 @@ if (!existsSync(cli)) sh('npx', ['tsc', '-p', join(root, 'tsconfig.json')], { cw
 
 step('a Node service whose RSS grows while its V8 heap stays flat (examples/demo-node.cjs)');
 const nodeProfile = join(out, 'demo-node.pb.gz');
-sh(process.execPath, [cli, 'run', '--top', '12', '--out', nodeProfile, '--', 'node', join(root, 'examples', 'demo-node.cjs')], { cwd: out });
+sh(process.execPath, [cli, 'run', '--top', '12', '--html', '--out', nodeProfile, '--', 'node', join(root, 'examples', 'demo-node.cjs')], { cwd: out });
 
 step('a C program (examples/demo.c)');
 const bin = join(out, 'demo');
@@ -34,5 +34,6 @@ sh('cc', ['-g', '-O1', join(root, 'examples', 'demo.c'), '-o', bin]);
 const cProfile = join(out, 'demo-c.pb.gz');
 sh(process.execPath, [cli, 'run', '--top', '8', '--out', cProfile, '--', bin], { cwd: out });
 
-console.log(`\nNext: npx mimalloc-pprof top ${nodeProfile} -n 30`);
+console.log(`\nNext: open ${nodeProfile.replace(/\.pb\.gz$/, '.html')} in a browser (the offline report: flame graph, tables)`);
+console.log(`      npx mimalloc-pprof top ${nodeProfile} -n 30`);
 console.log(`      go tool pprof -http=127.0.0.1:8080 ${nodeProfile}   (opens anywhere: the profile is self-contained)`);

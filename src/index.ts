@@ -23,6 +23,7 @@ export {
   scale,
   merge,
   diff,
+  growth,
   top,
   totalValue,
   findSampleType,
@@ -32,7 +33,7 @@ export {
   str,
   Profile,
 } from './profile/index.js';
-export type { ParseOptions, ReadOptions, EncodeOptions, TopRow, Numeric, ProfileIndex, ParseResult } from './profile/index.js';
+export type { GrowthRow, GrowthResult, ParseOptions, ReadOptions, EncodeOptions, TopRow, Numeric, ProfileIndex, ParseResult } from './profile/index.js';
 export {
   profiler,
   memoryEvents,

@@ -13,6 +13,7 @@ import { MimallocPprofError, UsageError } from '../errors.js';
 import { includePath, libraryPath, packageRoot, pkgConfigPath } from '../preload/library.js';
 import type { Command, Io, Out } from './args.js';
 import { compareCommandEntry } from './compare.js';
+import { growthCommand } from './growth.js';
 import { reportCommand } from './report.js';
 import { convertCommand } from './convert.js';
 import { diffCommand } from './diff.js';
@@ -22,7 +23,7 @@ import { topCommand } from './top.js';
 
 const debug = debuglog('mimalloc-pprof');
 
-export type CommandName = 'lib' | 'include' | 'pkg-config-path' | 'run' | 'top' | 'diff' | 'convert' | 'report' | 'symbolize' | 'compare';
+export type CommandName = 'lib' | 'include' | 'pkg-config-path' | 'run' | 'top' | 'diff' | 'convert' | 'report' | 'growth' | 'symbolize' | 'compare';
 
 /** A command that prints one path and takes no arguments. */
 function pathCommand(name: string, summary: string, help: string, path: () => string, check?: (p: string) => string | undefined): Command {
@@ -93,6 +94,7 @@ const COMMANDS: Record<CommandName, Command> = {
   diff: diffCommand,
   convert: convertCommand,
   report: reportCommand,
+  growth: growthCommand,
   symbolize: symbolizeCommand,
   compare: compareCommandEntry,
 };

@@ -34,6 +34,8 @@ Options:
                       and mappings only: top, diff, symbolize and pprof name its native
                       frames from the binaries; JavaScript names need proto)
   --interval BYTES    mean sampling interval, k/m/g suffixes (default 512k)
+                      (profiles carry in-use figures and allocated totals, alloc_space and
+                      alloc_objects; MIMALLOC_PROF_MAX_BYTES caps the profiler's memory)
   --seed N            reproducible sampling
   --bt-max N          stack depth, 1-128 (default 64)
   --top N             rows of the printed table (default 10; 0: none)
@@ -154,6 +156,8 @@ export async function runCommand(argv: string[]): Promise<number> {
     if (stripped) err.write(`mimalloc-pprof: ${stripped} has no symbol table (stripped): its own frames show as [${stripped}]\n`);
     printTop(detailed.profile, 'inuse_space', opts.top, err);
     printJavaScriptCallers(detailed.profile, opts.top, err);
+    const allocated = allocatedHint(detailed.profile, detailed.file);
+    if (allocated) err.write(`\n${allocated}\n`);
     if (detailed.rss) {
       err.write(`\nResident set of ${who} when profiled: ${humanBytes(detailed.rss.rss)}\n`);
       for (const line of formatRssLines(detailed.rss, humanBytes)) err.write(`${line}\n`);
@@ -171,6 +175,22 @@ export async function runCommand(argv: string[]): Promise<number> {
     }
   }
   return result.status;
+}
+
+/**
+ * When far more was allocated over the run than was in use at its end (a program that frees
+ * before it exits), where to look instead: the allocated totals every `run` profile carries.
+ */
+export function allocatedHint(profile: Profile, file: string | undefined): string | undefined {
+  const str = (i: number | bigint) => profile.stringTable.strings[Number(i)] ?? '';
+  const total = (name: string) => {
+    const i = profile.sampleType.findIndex((t) => str(t.type) === name);
+    return i < 0 ? undefined : profile.sample.reduce((a, s) => a + Number(s.value[i] ?? 0), 0);
+  };
+  const inuse = total('inuse_space');
+  const alloc = total('alloc_space');
+  if (inuse === undefined || alloc === undefined || alloc <= 4 * inuse) return undefined;
+  return `mimalloc-pprof: ${humanBytes(alloc)} was allocated over the run, ${humanBytes(inuse)} was in use at exit; where it was allocated: mimalloc-pprof top ${file ?? 'FILE'} --sample-index alloc_space`;
 }
 
 /** FILE with `.html` for its profile extension (`x.pb.gz` → `x.html`). */

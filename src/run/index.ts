@@ -133,6 +133,8 @@ export function withPid(out: string, pid: number): string {
  */
 function programEnv(opts: RunOptions, runDir: string, isNode: boolean): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = { ...process.env };
+  // the profiler's memory cap is the user's to set; run sets every other MIMALLOC_PROF* itself
+  const maxBytes = env.MIMALLOC_PROF_MAX_BYTES;
   for (const k of Object.keys(env)) if (k.startsWith('MIMALLOC_PROF') || RUN_VARIABLES.includes(k)) delete env[k];
   const preload = unsplittable(libraryPath(), runDir);
   if (opts.mainOnly) {
@@ -147,6 +149,10 @@ function programEnv(opts: RunOptions, runDir: string, isNode: boolean): NodeJS.P
     env.MIMALLOC_PROF_BT_MAX = String(opts.btMax);
     if (opts.interval !== undefined) env.MIMALLOC_PROF_SAMPLE_INTERVAL = String(opts.interval);
     if (opts.seed !== undefined) env.MIMALLOC_PROF_SEED = String(opts.seed);
+    // allocated totals (alloc_space, alloc_objects) beside in use: a program that frees its
+    // memory before it exits still shows where it went; the cap bounds what they cost
+    env.MIMALLOC_PROF_ACCUM = '1';
+    if (maxBytes !== undefined) env.MIMALLOC_PROF_MAX_BYTES = maxBytes;
     env.MIMALLOC_PROF_DUMP_AT_EXIT = join(runDir, 'raw.%p.pb');
     env.MIMALLOC_PROF_DUMP_FORMAT = 'proto';
     // Any process of the run may be Node (npx, shebang scripts, children): the options are

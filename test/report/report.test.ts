@@ -143,6 +143,21 @@ test('run --html on a Node program: its JavaScript functions are on the page, no
   }
 });
 
+test('the bundled Node demo under run --html: the functions that hold its memory are in the JavaScript table and the flame graph', async () => {
+  const r = mpp(['run', '--html', '--out', 'demo.pb.gz', '--', process.execPath, join(root, 'examples', 'demo-node.cjs')]);
+  assert.equal(r.status, 0, r.stderr);
+  const { page, requests, close } = await open(join(work, 'demo.html'));
+  try {
+    const js = await page.locator('#js tbody').innerText();
+    for (const fn of ['renderResponse', 'handleRequest']) assert.match(js, new RegExp(`${fn} .*demo-node\\.cjs:\\d+`), js);
+    assert.ok(await page.locator('#flame .fg', { hasText: 'renderResponse' }).count());
+    assert.deepEqual(requests, []);
+    await page.screenshot({ path: join(artifacts, 'demo.png') });
+  } finally {
+    await close();
+  }
+});
+
 test('search on a C program\'s report: the matched total is top\'s cumulative figure (within 1 %)', async () => {
   const exe = join(work, 'two_sites');
   const cc = spawnSync('cc', ['-O1', '-g', '-fno-omit-frame-pointer', '-o', exe, join(fixtures, 'two_sites.c')], { encoding: 'utf8' });

@@ -1,0 +1,43 @@
+/**
+ * `run` profiles carry what was allocated over the whole run beside what is in use at exit:
+ * a C program builds 100 MiB, frees it and keeps 5 MiB. In use at exit: keep_some ≈ 5 MiB;
+ * allocated: build_peak ≈ 100 MiB. Tolerances are 4 standard errors of the estimates
+ * (Horvitz–Thompson, at the default 512 KiB interval): 100 blocks of 1 MiB, each sampled with
+ * q = 1 − e^(−2), give sd = 1 MiB · √(100 (1 − q) / q) ≈ 4.2 MiB; 80 blocks of 64 KiB give
+ * sd = 64 KiB · √(80 (1 − q) / q) ≈ 1.5 MiB. The run also says where to look.
+ */
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { test } from 'node:test';
+
+import { findSampleType, parseProfile, top } from '../../src/profile/index.js';
+import { root, tempDir } from '../helpers.js';
+
+const MiB = 1 << 20;
+const R = 512 * 1024;
+const sd = (blocks: number, size: number) => size * Math.sqrt((blocks * Math.exp(-size / R)) / -Math.expm1(-size / R));
+
+test('run: allocated totals beside in use, and a hint when far more was allocated than kept', () => {
+  const dir = tempDir('mpp-accum-');
+  try {
+    const exe = join(dir, 'peak_then_free');
+    const cc = spawnSync('cc', ['-O1', '-g', '-fno-omit-frame-pointer', '-o', exe, join(root, 'test', 'run', 'fixtures', 'peak_then_free.c')], { encoding: 'utf8' });
+    assert.equal(cc.status, 0, cc.stderr);
+    const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'LD_PRELOAD' && !k.startsWith('MIMALLOC_')));
+    const r = spawnSync(process.execPath, [join(root, 'dist', 'src', 'cli', 'bin.js'), 'run', '--seed', '3', '--out', 'p.pb.gz', '--', exe], { cwd: dir, env, encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    const p = parseProfile(readFileSync(join(dir, 'p.pb.gz')));
+    const cum = (type: string, fn: string) => top(p, findSampleType(p, type)).find((row) => row.name === fn)?.cum ?? 0;
+
+    const kept = cum('inuse_space', 'keep_some');
+    assert.ok(Math.abs(kept - 5 * MiB) <= 4 * sd(80, 64 << 10), `in use at exit, keep_some: ${kept}`);
+    assert.equal(cum('inuse_space', 'build_peak'), 0, 'freed before exit');
+    const built = cum('alloc_space', 'build_peak');
+    assert.ok(Math.abs(built - 100 * MiB) <= 4 * sd(100, MiB), `allocated, build_peak: ${built}`);
+    assert.match(r.stderr, /was allocated over the run, .* was in use at exit; where it was allocated: mimalloc-pprof top \S*p\.pb\.gz --sample-index alloc_space/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
