@@ -345,7 +345,13 @@ export async function reportClient(): Promise<void> {
       const tr = el('tr');
       const spark = el('td');
       spark.innerHTML = `<svg width="${sw}" height="${sh}"><polyline fill="none" stroke="#2c3e50" stroke-width="1.5" points="${pts}"/></svg>`;
-      tr.append(el('td', { class: 'num' }, `${fmt(f.perSecond, g.unit)}/s`), spark, el('td', { class: 'name' }, f.name));
+      tr.append(
+        el('td', { class: 'num' }, `${fmt(f.perSecond, g.unit)}/s`),
+        el('td', { class: 'num' }, `${fmt(f.low, g.unit)}/s … ${fmt(f.high, g.unit)}/s`),
+        el('td', {}, f.significant ? 'grows' : ''),
+        spark,
+        el('td', { class: 'name' }, f.name),
+      );
       body.append(tr);
     }
   }

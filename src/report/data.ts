@@ -17,6 +17,7 @@ import { join } from 'node:path';
 import { packageRoot } from '../preload/library.js';
 import { isJavaScriptName } from '../symbolize/perfmap.js';
 import { canonical, frameNames, indexProfile, str, toNum, type Profile } from '../profile/model.js';
+import { growth, type GrowthResult } from '../profile/growth.js';
 import { parseRssBreakdown } from '../profile/rss.js';
 
 const OWN_SCRIPTS = join(packageRoot, 'dist') + '/';
@@ -55,8 +56,9 @@ export interface GrowthData {
   totals: number[];
   type: string;
   unit: string;
-  /** The functions whose cumulative figure grew fastest (least-squares slope per second). */
-  functions: { name: string; perSecond: number; series: number[] }[];
+  /** The functions whose cumulative figure grew fastest: slope per second, its 95 % interval,
+   * whether it grows beyond sampling noise, and its figure per profile. */
+  functions: { name: string; perSecond: number; low: number; high: number; significant: boolean; series: number[] }[];
 }
 
 export interface ReportData {
@@ -281,43 +283,38 @@ function cumulative(d: ProfileData, type: number): Map<string, number> {
 }
 
 /**
- * Growth over profiles of one process in time order: the in-use total per profile and the
- * functions whose cumulative in-use figure grew fastest (least-squares slope; not a test of
- * significance).
+ * Growth over profiles of one process in time order (profile/growth.ts: slopes with intervals
+ * that account for sampling noise), with each listed function's figure per profile for its
+ * sparkline; undefined when the profiles cannot be put in time order.
  */
-function growthOf(profiles: ProfileData[]): GrowthData | undefined {
+function growthOf(profiles: { profile: Profile; source: string }[], data: ProfileData[]): GrowthData | undefined {
   if (profiles.length < 2) return undefined;
-  const first = profiles[0]!;
-  const typeName = first.sampleTypes.some((t) => t.type === 'inuse_space') ? 'inuse_space' : first.sampleTypes[first.defaultType]?.type;
-  const index = (d: ProfileData) => d.sampleTypes.findIndex((t) => t.type === typeName);
-  if (typeName === undefined || profiles.some((d) => index(d) < 0)) return undefined;
-  const t0 = first.timeMs;
-  const times = profiles.map((d) => d.timeMs - t0);
-  const totals = profiles.map((d) => d.samples.values[index(d)]!.reduce((a, b) => a + b, 0));
-  const cums = profiles.map((d) => cumulative(d, index(d)));
-  const names = new Set<string>();
-  for (const c of cums) for (const n of c.keys()) names.add(n);
-  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
-  const tMean = mean(times);
-  const sxx = times.reduce((a, t) => a + (t - tMean) ** 2, 0);
-  const functions: GrowthData['functions'] = [];
-  for (const name of names) {
-    const series = cums.map((c) => c.get(name) ?? 0);
-    const yMean = mean(series);
-    const slope = sxx > 0 ? times.reduce((a, t, i) => a + (t - tMean) * (series[i]! - yMean), 0) / sxx : 0;
-    functions.push({ name, perSecond: slope * 1000, series });
+  let g: GrowthResult;
+  try {
+    g = growth(profiles.map(({ profile, source }) => ({ profile, name: source })));
+  } catch {
+    return undefined;
   }
-  functions.sort((a, b) => b.perSecond - a.perSecond || (a.name < b.name ? -1 : 1));
-  return { times, totals, type: typeName, unit: first.sampleTypes[index(first)]!.unit, functions: functions.slice(0, 15) };
+  const index = (d: ProfileData) => d.sampleTypes.findIndex((t) => t.type === g.sampleType);
+  const cums = data.map((d) => cumulative(d, index(d)));
+  const functions = g.functions.slice(0, 15).map((f) => ({
+    name: f.name,
+    perSecond: f.bytesPerSecond,
+    low: f.low,
+    high: f.high,
+    significant: f.significant,
+    series: cums.map((c) => c.get(f.name) ?? 0),
+  }));
+  return { times: g.times.map((t) => t * 1000), totals: g.totals, type: g.sampleType, unit: g.unit, functions };
 }
 
-/** The report's data: profiles in the order given (time order for growth), and growth when there are several. */
+/** The report's data: profiles in time order, and growth when there are several. */
 export function reportData(profiles: { profile: Profile; source: string }[], generator: string): ReportData {
-  const data = profiles.map(({ profile, source }) => profileData(profile, source));
-  const ordered = [...data].sort((a, b) => a.timeMs - b.timeMs);
+  const ordered = [...profiles].sort((a, b) => toNum(a.profile.timeNanos) - toNum(b.profile.timeNanos));
+  const data = ordered.map(({ profile, source }) => profileData(profile, source));
   const title = data.length === 1 ? data[0]!.source : `${data.length} profiles`;
-  const growth = growthOf(ordered);
-  return { title, generator, profiles: ordered, ...(growth ? { growth } : {}) };
+  const g = growthOf(ordered, data);
+  return { title, generator, profiles: data, ...(g ? { growth: g } : {}) };
 }
 
 export { HEAP_TYPES };

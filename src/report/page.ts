@@ -67,8 +67,8 @@ const BODY = `
 <h2>Growth over the profiles</h2>
 <div id="growth-chart"></div>
 <p class="note" id="growth-caption"></p>
-<table class="rows" id="growth"><thead><tr><th>slope</th><th>over time</th><th>function (cumulative)</th></tr></thead><tbody></tbody></table>
-<p class="note">Least-squares slope of each function's cumulative figure across the profiles, in time order; sampling noise is not accounted for here.</p>
+<table class="rows" id="growth"><thead><tr><th>slope</th><th>95% interval</th><th></th><th>over time</th><th>function (cumulative)</th></tr></thead><tbody></tbody></table>
+<p class="note">Least-squares slope of each function's cumulative figure across the profiles, in time order, with an interval that accounts for sampling noise (as <code>mimalloc-pprof growth</code>); "grows" when the whole interval is above 0.</p>
 </section>
 </main>
 `;
