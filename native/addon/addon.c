@@ -36,6 +36,8 @@ typedef struct api_s {
   bool (*resident_get)(mi_prof_resident_t*);
   size_t (*mapping_owners)(mi_prof_mapping_owner_t*, size_t);
   bool (*thread_exclude)(bool);
+  bool (*dump_peak)(const char*);
+  bool (*dump_peak_proto)(const char*);
 } api_t;
 
 static api_t api;
@@ -58,6 +60,8 @@ static void resolve(void) {
     api.resident_get = (__typeof__(api.resident_get))dlsym(RTLD_DEFAULT, "mi_prof_resident_get");
     api.mapping_owners = (__typeof__(api.mapping_owners))dlsym(RTLD_DEFAULT, "mi_prof_mapping_owners");
     api.thread_exclude = (__typeof__(api.thread_exclude))dlsym(RTLD_DEFAULT, "mi_prof_thread_exclude");
+    api.dump_peak = (__typeof__(api.dump_peak))dlsym(RTLD_DEFAULT, "mi_prof_dump_peak");
+    api.dump_peak_proto = (__typeof__(api.dump_peak_proto))dlsym(RTLD_DEFAULT, "mi_prof_dump_peak_proto");
   }
 }
 
@@ -217,13 +221,18 @@ static napi_value js_is_running(napi_env env, napi_callback_info info) {
   return make_bool(env, api.is_enabled());
 }
 
-/* dump(path, 'proto' | 'text'): writes atomically; throws with the errno text on failure. */
+/* dump(path, 'proto' | 'text', peak?): writes atomically (peak: the profile at the high-water
+ * mark, mi_prof_dump_peak*); throws with the errno text on failure. */
 static napi_value js_dump(napi_env env, napi_callback_info info) {
   if (!api_ok) return not_preloaded(env);
-  size_t argc = 2;
-  napi_value argv[2];
+  size_t argc = 3;
+  napi_value argv[3];
   CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
   char path[MI_PROF_DUMP_PATH_MAX], format[8] = "proto";
+  bool peak = false;
+  if (argc >= 3) (void)napi_get_value_bool(env, argv[2], &peak);
+  if (peak && (api.dump_peak == NULL || api.dump_peak_proto == NULL))
+    return throw_code(env, "MPP_ERR_VERSION", "dump: this preload library has no peak profile (mi_prof_dump_peak)");
   size_t len = 0;
   if (argc < 1 || napi_get_value_string_utf8(env, argv[0], path, sizeof(path), &len) != napi_ok)
     return throw_code(env, "MPP_ERR_ARGUMENT", "dump(path, format): path must be a string");
@@ -233,7 +242,8 @@ static napi_value js_dump(napi_env env, napi_callback_info info) {
   bool proto = strcmp(format, "proto") == 0;
   if (!proto && strcmp(format, "text") != 0)
     return throw_code(env, "MPP_ERR_ARGUMENT", "dump(path, format): format must be 'proto' or 'text'");
-  if (!(proto ? api.dump_proto(path) : api.dump(path))) {
+  bool ok = peak ? (proto ? api.dump_peak_proto(path) : api.dump_peak(path)) : (proto ? api.dump_proto(path) : api.dump(path));
+  if (!ok) {
     char msg[MI_PROF_DUMP_PATH_MAX + 128];
     snprintf(msg, sizeof(msg), "cannot write the profile to %s: %s", path, strerror(errno));
     return throw_code(env, "MPP_ERR_DUMP", msg);

@@ -198,8 +198,18 @@ bool mi_prof_thread_exclude(bool exclude) {
   return was;
 }
 
-bool mi_prof_dump(const char* path) { return mp_dump(path, MP_FORMAT_TEXT); }
-bool mi_prof_dump_proto(const char* path) { return mp_dump(path, MP_FORMAT_PROTO); }
+bool mi_prof_dump(const char* path) { return mp_dump(path, MP_FORMAT_TEXT, false); }
+bool mi_prof_dump_proto(const char* path) { return mp_dump(path, MP_FORMAT_PROTO, false); }
+bool mi_prof_dump_peak(const char* path) { return mp_dump(path, MP_FORMAT_TEXT, true); }
+bool mi_prof_dump_peak_proto(const char* path) { return mp_dump(path, MP_FORMAT_PROTO, true); }
+
+bool mi_prof_peak(double* bytes, uint64_t* unix_ns) {
+  mp_peak_t p;
+  mp_table_peak(&p);
+  if (bytes != NULL) *bytes = p.bytes;
+  if (unix_ns != NULL) *unix_ns = p.ns;
+  return p.ns != 0;
+}
 
 /* Every thread counts from its next allocation on: the new epoch sends it to the slow path,
  * where it sees the switch. Frees are counted at once, so a block allocated before the

@@ -33,7 +33,7 @@ static bool tmp_name(const char* path, char* out, size_t cap) {
   return true;
 }
 
-bool mp_dump(const char* path_in, mp_format_t format) {
+bool mp_dump(const char* path_in, mp_format_t format, bool peak) {
   mp_thread_t* t = &mp_tls;
   bool guard = t->in_profiler;
   t->in_profiler = true;
@@ -50,6 +50,13 @@ bool mp_dump(const char* path_in, mp_format_t format) {
   mp_table_check();
   snap.interval = (double)mp_state.interval;
   snap.accum = mp_state.accum;
+  if (peak) {
+    mp_peak_t p;
+    mp_table_peak(&p);
+    snap.peak = true;
+    snap.peak_bytes = p.bytes;
+    snap.peak_ns = p.ns;
+  }
   mp_stats_fill(&snap.stats);
   if (!mp_snapshot_take(&snap) || (out = mp_os_alloc_transient(sizeof(mp_out_t))) == NULL) {
     err = ENOMEM;

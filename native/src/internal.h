@@ -80,6 +80,7 @@ typedef struct mp_options_s {
   uint64_t seed;          /* MIMALLOC_PROF_SEED */
   bool seed_set;
   char dump_at_exit[MI_PROF_DUMP_PATH_MAX]; /* MIMALLOC_PROF_DUMP_AT_EXIT */
+  char dump_peak_at_exit[MI_PROF_DUMP_PATH_MAX]; /* MIMALLOC_PROF_DUMP_PEAK_AT_EXIT */
   mp_format_t dump_format; /* MIMALLOC_PROF_DUMP_FORMAT */
   bool dump_format_set;
   bool memory_events;     /* MIMALLOC_MEMORY_EVENTS */
@@ -321,6 +322,7 @@ typedef struct mp_bucket_s {
   size_t size;              /* requested bytes of every sample in this bucket */
   uint64_t live;            /* sampled, live */
   uint64_t allocs;          /* sampled, since start or reset */
+  uint64_t peak;            /* sampled, live when the last peak snapshot was taken */
   uint32_t depth;
   int32_t tid;              /* the allocating thread (kernel id) */
   char thread[16];          /* its name when the bucket was made (NUL-padded) */
@@ -351,6 +353,15 @@ typedef struct mp_table_totals_s {
 } mp_table_totals_t;
 void mp_table_totals(mp_table_totals_t* totals, double interval);
 
+/* The high-water mark of the estimate of bytes in use since start: its estimate, when it was
+ * taken (CLOCK_REALTIME ns; 0: none yet), and how many peak snapshots were taken. */
+typedef struct mp_peak_s {
+  double bytes;
+  uint64_t ns;
+  uint64_t snapshots;
+} mp_peak_t;
+void mp_table_peak(mp_peak_t* peak);
+
 /* ---- snapshot: what the writers consume, copied out under the locks ---- */
 typedef struct mp_row_s {
   size_t size;      /* requested bytes per sample */
@@ -365,6 +376,9 @@ typedef struct mp_row_s {
 typedef struct mp_snapshot_s {
   double interval;  /* R, bytes */
   bool accum;
+  bool peak;        /* rows' live counts are those of the peak snapshot (mp_table_peak) */
+  double peak_bytes; /* the estimate of bytes in use then, and when (CLOCK_REALTIME ns) */
+  uint64_t peak_ns;
   mp_row_t* rows;
   size_t nrows;
   uintptr_t* frames; /* return addresses, leaf first per row */
@@ -385,7 +399,7 @@ void mp_write_text(mp_out_t* out, const mp_snapshot_t* snap);
 void mp_write_proto(mp_out_t* out, const mp_snapshot_t* snap);
 
 /* ---- dump.c ---- */
-bool mp_dump(const char* path, mp_format_t format);
+bool mp_dump(const char* path, mp_format_t format, bool peak);
 
 /* ---- api.c: the public API ---- */
 typedef struct mp_state_s {

@@ -41,7 +41,12 @@ static void dump_at_exit(void) {
     mp_write_stderr("exit() interrupted the profiler on this thread (from a signal handler?): no profile written at exit");
     return;
   }
-  if (!mp_dump(mp_state.dump_at_exit, mp_state.dump_format)) {
+  if (mp_env.dump_peak_at_exit[0] != 0 && !mp_dump(mp_env.dump_peak_at_exit, mp_state.dump_format, true)) {
+    char path[MI_PROF_DUMP_PATH_MAX];
+    if (!mp_expand_path(mp_env.dump_peak_at_exit, path, sizeof(path))) strcpy(path, mp_env.dump_peak_at_exit);
+    mp_warnf2("cannot write the peak profile at exit to ", path, "");
+  }
+  if (!mp_dump(mp_state.dump_at_exit, mp_state.dump_format, false)) {
     char path[MI_PROF_DUMP_PATH_MAX];
     if (!mp_expand_path(mp_state.dump_at_exit, path, sizeof(path))) strcpy(path, mp_state.dump_at_exit);
     mp_warnf2("cannot write the profile at exit to ", path, "");

@@ -175,6 +175,7 @@ void mp_options_init(void) {
       {"PROF_MAX_BYTES", K_SIZE, &o->max_bytes, &o->max_bytes_set},
       {"PROF_SEED", K_U64, &o->seed, &o->seed_set},
       {"PROF_DUMP_AT_EXIT", K_PATH, o->dump_at_exit, &path_set},
+      {"PROF_DUMP_PEAK_AT_EXIT", K_PATH, o->dump_peak_at_exit, &ignored},
       {"PROF_DUMP_FORMAT", K_FORMAT, &o->dump_format, &o->dump_format_set},
       {"MEMORY_EVENTS", K_BOOL, &o->memory_events, &ignored},
       {"PROF_VERBOSE", K_BOOL, &o->verbose, &ignored},

@@ -128,7 +128,8 @@ static void end_with_profile(int sig) {
     for (unsigned i = 0; i < MANAGED; i++) sigaddset(&managed_set, managed[i]);
     pthread_sigmask(SIG_BLOCK, &managed_set, NULL);
     if (!mp_tls.in_profiler && atomic_load(&mp_state.running) && mp_state.dump_at_exit[0] != 0) {
-      if (mp_dump(mp_state.dump_at_exit, mp_state.dump_format)) atomic_store(&mp_state.running, false);
+      if (mp_env.dump_peak_at_exit[0] != 0) (void)mp_dump(mp_env.dump_peak_at_exit, mp_state.dump_format, true);
+      if (mp_dump(mp_state.dump_at_exit, mp_state.dump_format, false)) atomic_store(&mp_state.running, false);
     }
     atomic_store(&ending, 2);
   } else {

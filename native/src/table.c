@@ -14,9 +14,17 @@
  * it is unlinked and its memory kept for the next bucket of the same depth: the profiler's
  * memory follows the live samples, not every (stack, size, thread) ever sampled, so threads
  * that come and go (each has its own buckets) do not grow it. Bucket memory is OS memory from
- * per-shard bump allocators, released at stop. */
+ * per-shard bump allocators, released at stop.
+ *
+ * The peak: the table keeps a running estimate of the bytes in use (Σ size · w over live
+ * records). When it passes the last peak by a step (1/32 of it, at least 1 MiB), one sample
+ * path copies every bucket's `live` into its `peak`, under all bucket locks: the number of
+ * copies is logarithmic in the peak (about 32 · ln(peak / 1 MiB)), and the peak profile is
+ * within a step of the true high-water mark of the estimate. A bucket whose `peak` is not 0
+ * still shows (it is kept from retiring) until a later copy clears it. */
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 
@@ -46,6 +54,16 @@ typedef struct record_shard_s {
   size_t count;
   char pad[64];
 } record_shard_t;
+
+/* The running estimate of bytes in use, and the peak's (bytes, CLOCK_REALTIME ns, the estimate
+ * that triggers the next copy, copies taken). Relaxed: a copy may start a sample late. */
+static _Atomic int64_t est_live;
+static _Atomic int64_t peak_bytes;
+static _Atomic uint64_t peak_ns;
+static _Atomic int64_t peak_next = (int64_t)1 << 20;
+static atomic_ullong peak_copies;
+static atomic_bool peak_busy;
+#define PEAK_MIN_STEP ((int64_t)1 << 20)
 
 static bucket_shard_t bshards[SHARDS] = {[0 ... SHARDS - 1] = {.lock = MP_LOCK_INIT(MP_LEVEL_BUCKETS)}};
 static record_shard_t rshards[SHARDS] = {[0 ... SHARDS - 1] = {.lock = MP_LOCK_INIT(MP_LEVEL_RECORDS)}};
@@ -118,7 +136,7 @@ static mp_bucket_t* bucket_get(bucket_shard_t* s, uint64_t h, size_t size, const
   b = s->spare[depth];
   if (b != NULL) {
     s->spare[depth] = b->next;
-    b->live = b->allocs = 0;
+    b->live = b->allocs = b->peak = 0;
   } else if ((b = mp_bump_alloc(&s->mem, sizeof(mp_bucket_t) + depth * sizeof(uintptr_t))) == NULL) {
     return NULL;
   }
@@ -136,7 +154,7 @@ static mp_bucket_t* bucket_get(bucket_shard_t* s, uint64_t h, size_t size, const
 }
 
 /* Under the shard lock: whether b can still show in a profile (the snapshot's rule). */
-static bool bucket_shows(const mp_bucket_t* b) { return b->live != 0 || (mp_state.accum && b->allocs != 0); }
+static bool bucket_shows(const mp_bucket_t* b) { return b->live != 0 || b->peak != 0 || (mp_state.accum && b->allocs != 0); }
 
 /* Under the shard lock: b, already unlinked from the index, is kept for reuse. */
 static void bucket_retire(bucket_shard_t* s, mp_bucket_t* b) {
@@ -205,6 +223,54 @@ static void bucket_release_live(mp_bucket_t* b) {
   mp_unlock(&bs->lock);
 }
 
+/* A live sample's share of the estimate of bytes in use: size · w, in whole bytes. */
+static int64_t estimate_of(size_t size) {
+  return (int64_t)((double)size * mp_weight((double)size, (double)mp_state.interval) + 0.5);
+}
+
+/* The estimate reached `now` (≥ peak_next): every bucket's live count becomes its peak, on one
+ * thread at a time (others go on: the next sample past the mark tries again). Buckets whose
+ * peak was all that kept them retire. No other table lock is held here. */
+static void peak_copy(int64_t now, unsigned generation) {
+  if (atomic_exchange_explicit(&peak_busy, true, memory_order_acquire)) return;
+  for (unsigned i = 0; i < SHARDS; i++) mp_lock(&bshards[i].lock);
+  if (atomic_load(&mp_state.running) && atomic_load(&mp_state.generation) == generation) {
+    for (unsigned i = 0; i < SHARDS; i++) {
+      bucket_shard_t* bs = &bshards[i];
+      for (size_t k = 0; k < bs->index_cap; k++) {
+        mp_bucket_t** link = &bs->index[k];
+        while (*link != NULL) {
+          mp_bucket_t* b = *link;
+          b->peak = b->live;
+          if (!bucket_shows(b)) {
+            *link = b->next;
+            bucket_retire(bs, b);
+          } else {
+            link = &b->next;
+          }
+        }
+      }
+    }
+    int64_t estimate = atomic_load_explicit(&est_live, memory_order_relaxed);
+    if (estimate < now) estimate = now;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    atomic_store(&peak_bytes, estimate);
+    atomic_store(&peak_ns, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
+    int64_t step = estimate / 32 > PEAK_MIN_STEP ? estimate / 32 : PEAK_MIN_STEP;
+    atomic_store(&peak_next, estimate + step);
+    atomic_fetch_add(&peak_copies, 1);
+  }
+  for (unsigned i = SHARDS; i-- > 0;) mp_unlock(&bshards[i].lock);
+  atomic_store_explicit(&peak_busy, false, memory_order_release);
+}
+
+void mp_table_peak(mp_peak_t* peak) {
+  peak->bytes = (double)atomic_load(&peak_bytes);
+  peak->ns = atomic_load(&peak_ns);
+  peak->snapshots = atomic_load(&peak_copies);
+}
+
 bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned depth, int32_t tid,
                   void (*thread_name)(char out[16])) {
   uint64_t h = hash_stack(size, frames, depth, tid);
@@ -246,6 +312,7 @@ bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned de
   bool ok = true;
   size_t j = record_find(rs, p);
   if (j < rs->cap) { /* a record whose free was never seen (freed behind our back) */
+    atomic_fetch_sub_explicit(&est_live, estimate_of(rs->slots[j].bucket->size), memory_order_relaxed);
     bucket_release_live(rs->slots[j].bucket);
     rs->slots[j].bucket = b;
   } else if ((rs->count + 1) * 2 > rs->cap && !record_grow(rs)) {
@@ -259,6 +326,10 @@ bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned de
     rs->count++;
   }
   mp_unlock(&rs->lock);
+  if (ok) {
+    int64_t now = atomic_fetch_add_explicit(&est_live, estimate_of(size), memory_order_relaxed) + estimate_of(size);
+    if (now >= atomic_load_explicit(&peak_next, memory_order_relaxed)) peak_copy(now, generation);
+  }
   return ok;
 }
 
@@ -271,6 +342,7 @@ size_t mp_table_remove(uintptr_t p) {
     mp_bucket_t* b = rs->slots[j].bucket;
     record_delete(rs, j);
     size = b->size;
+    atomic_fetch_sub_explicit(&est_live, estimate_of(size), memory_order_relaxed);
     bucket_release_live(b);
   }
   mp_unlock(&rs->lock);
@@ -298,6 +370,11 @@ void mp_table_clear(void) {
     mp_bump_release(&bs->mem);
     mp_unlock(&bs->lock);
   }
+  atomic_store(&est_live, 0);
+  atomic_store(&peak_bytes, 0);
+  atomic_store(&peak_ns, 0);
+  atomic_store(&peak_next, PEAK_MIN_STEP);
+  atomic_store(&peak_copies, 0);
 }
 
 /* Buckets left with no live sample retire (no record points at them). */
@@ -310,7 +387,7 @@ void mp_table_reset_accum(void) {
       while (*link != NULL) {
         mp_bucket_t* b = *link;
         b->allocs = 0;
-        if (b->live == 0) {
+        if (b->live == 0 && b->peak == 0) {
           *link = b->next;
           bucket_retire(bs, b);
         } else {
@@ -440,11 +517,12 @@ bool mp_snapshot_take(mp_snapshot_t* snap) {
     mp_lock(&bs->lock);
     for (size_t k = 0; k < bs->index_cap; k++)
       for (mp_bucket_t* b = bs->index[k]; b != NULL; b = b->next) {
-        if (b->live == 0 && (!snap->accum || b->allocs == 0)) continue;
+        uint64_t live = snap->peak ? b->peak : b->live;
+        if (live == 0 && (!snap->accum || b->allocs == 0)) continue;
         if (snap->nrows == rows || snap->nframes + b->depth > frames) continue;
         mp_row_t* r = &snap->rows[snap->nrows++];
         r->size = b->size;
-        r->live = b->live;
+        r->live = live;
         r->allocs = b->allocs;
         r->depth = b->depth;
         r->first = (uint32_t)snap->nframes;

@@ -47,6 +47,11 @@ Options:
                       heap=native)
   --main-only         profile only the process run starts, or what it exec's (its children
                       run on mimalloc, unprofiled)
+  --peak              write each profile as it stood at the high-water mark of its estimated
+                      in-use bytes (within 1/32 of it) instead of at exit: the in-use figures
+                      of that moment, allocated totals of the whole run; the profile's
+                      comments say how much and when. Node: the JavaScript heap and the
+                      resident set, measured at exit, are left out of it
   --html              also write an offline HTML report of the profile that is detailed
                       (flame graph, tables; see mimalloc-pprof report) next to it, FILE
                       with .html for its extension
@@ -63,7 +68,7 @@ const VALUE_OPTIONS = new Set(['--out', '--format', '--interval', '--seed', '--b
 
 export function parseRunArgs(argv: string[]): CliRunOptions | 'help' {
   const opts: CliRunOptions = { out: 'mimalloc-pprof.pb.gz', format: 'proto', btMax: 64, top: 10, profile: true, gc: true, jsHeap: true, command: [] };
-  const split = splitCommandLine('run', argv, new Set(['--no-profile', '--no-gc', '--no-js-heap', '--main-only', '--html']), VALUE_OPTIONS);
+  const split = splitCommandLine('run', argv, new Set(['--no-profile', '--no-gc', '--no-js-heap', '--main-only', '--html', '--peak']), VALUE_OPTIONS);
   if (split === 'help') return 'help';
   for (const [name, value] of split.options) {
     if (value === true) {
@@ -71,6 +76,7 @@ export function parseRunArgs(argv: string[]): CliRunOptions | 'help' {
       else if (name === '--no-js-heap') opts.jsHeap = false;
       else if (name === '--main-only') opts.mainOnly = true;
       else if (name === '--html') opts.html = true;
+      else if (name === '--peak') opts.peak = true;
       else opts.profile = false; // --no-profile
       continue;
     }
@@ -151,7 +157,7 @@ export async function runCommand(argv: string[]): Promise<number> {
   if (result.processes.length > 1) printProcesses(result.processes, detailed);
   if (opts.top > 0 && detailed.profile) {
     const who = detailed.argv.length > 0 ? basename(detailed.argv[0]!) : basename(opts.command[0]!);
-    err.write(`\nmimalloc-pprof: in-use memory of ${who} (pid ${detailed.pid}) at exit\n`);
+    err.write(`\nmimalloc-pprof: in-use memory of ${who} (pid ${detailed.pid}) ${opts.peak ? `at its peak${peakWhen(detailed.profile)}` : 'at exit'}\n`);
     const stripped = strippedExecutable(detailed.profile);
     if (stripped) err.write(`mimalloc-pprof: ${stripped} has no symbol table (stripped): its own frames show as [${stripped}]\n`);
     printTop(detailed.profile, 'inuse_space', opts.top, err);
@@ -191,6 +197,13 @@ export function allocatedHint(profile: Profile, file: string | undefined): strin
   const alloc = total('alloc_space');
   if (inuse === undefined || alloc === undefined || alloc <= 4 * inuse) return undefined;
   return `mimalloc-pprof: ${humanBytes(alloc)} was allocated over the run, ${humanBytes(inuse)} was in use at exit; where it was allocated: mimalloc-pprof top ${file ?? 'FILE'} --sample-index alloc_space`;
+}
+
+/** ", reached N s after start" from the peak comment of a --peak profile, when it has one. */
+function peakWhen(profile: Profile): string {
+  const c = profile.comment.map((i) => profile.stringTable.strings[Number(i)] ?? '').find((x) => x.startsWith('peak: '));
+  const at = Number(/at_unix_ms=(\d+)/.exec(c ?? '')?.[1]);
+  return Number.isFinite(at) && at > 0 ? ` (${new Date(at).toISOString()})` : '';
 }
 
 /** FILE with `.html` for its profile extension (`x.pb.gz` → `x.html`). */

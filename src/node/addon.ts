@@ -19,7 +19,8 @@ export interface NativeAddon {
   reset(): void;
   isRunning(): boolean;
   memorySnapshot(): { liveBytes: number; accumBytes: number; liveCount: number; accumCount: number };
-  dump(path: string, format: 'proto' | 'text'): void;
+  /** peak: the profile as it stood at the high-water mark of the estimate (mi_prof_dump_peak*). */
+  dump(path: string, format: 'proto' | 'text', peak?: boolean): void;
   stats(): NativeStats;
   memoryEvents(enable?: boolean): boolean;
   /** mimalloc's mappings and the profiler's memory (mi_prof_resident_get); null from a library without it. */

@@ -89,6 +89,7 @@ function install(addon: Addon, runDir: string): void {
       } catch {
         perfMapBytes = undefined;
       }
+      if (process.env.MIMALLOC_PPROF_PEAK === '1') addon.dump(join(runDir, `peak.${process.pid}.pb`), 'proto', true);
       addon.dump(join(runDir, `raw.${process.pid}.pb`), 'proto');
       if (perfMapBytes !== undefined) writeFileSync(join(runDir, `perfmap.${process.pid}.json`), JSON.stringify({ bytes: perfMapBytes }));
       // the resident set accounted for, right after the dump (src/node/rss.cts; reading it

@@ -51,6 +51,9 @@ export interface RunOptions {
   jsHeap: boolean;
   /** Profile only the process `run` starts: its children do not get the preload. */
   mainOnly?: boolean;
+  /** Write each process's profile as it stood at the high-water mark of its estimated
+   * in-use bytes (mi_prof_dump_peak) instead of at exit. */
+  peak?: boolean;
 }
 
 /** One process of the run. */
@@ -107,7 +110,7 @@ export function checkOut(out: string): void {
 
 /** What run tells its processes (a run inside a run starts afresh); the user's own
  * MIMALLOC_PPROF_* settings (the Node API's) pass through. */
-const RUN_VARIABLES = ['RUN_DIR', 'RUN_PID', 'MAIN_ONLY', 'NODE_OPTIONS', 'NO_GC', 'ADDON', 'JS_HEAP'].map((v) => `MIMALLOC_PPROF_${v}`);
+const RUN_VARIABLES = ['RUN_DIR', 'RUN_PID', 'MAIN_ONLY', 'NODE_OPTIONS', 'NO_GC', 'ADDON', 'JS_HEAP', 'PEAK'].map((v) => `MIMALLOC_PPROF_${v}`);
 
 /** The signals `run` passes on to its program (it ends when they end the program). */
 const FORWARDED = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const;
@@ -154,6 +157,10 @@ function programEnv(opts: RunOptions, runDir: string, isNode: boolean): NodeJS.P
     env.MIMALLOC_PROF_ACCUM = '1';
     if (maxBytes !== undefined) env.MIMALLOC_PROF_MAX_BYTES = maxBytes;
     env.MIMALLOC_PROF_DUMP_AT_EXIT = join(runDir, 'raw.%p.pb');
+    if (opts.peak) {
+      env.MIMALLOC_PROF_DUMP_PEAK_AT_EXIT = join(runDir, 'peak.%p.pb');
+      env.MIMALLOC_PPROF_PEAK = '1'; // Node's exit hook dumps it beside its own exit dump
+    }
     env.MIMALLOC_PROF_DUMP_FORMAT = 'proto';
     // Any process of the run may be Node (npx, shebang scripts, children): the options are
     // inert elsewhere. They name JIT and interpreted frames, and dump before teardown.
@@ -243,7 +250,10 @@ export function whyNoProfile(cmd: string, code: number | null, signal: NodeJS.Si
 /** Names one process's raw profile, records who it was, and writes it. */
 function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport): void {
   const started = performance.now();
-  const raw = ProfileCodec.decode(readFileSync(join(runDir, `raw.${p.pid}.pb`)));
+  // --peak: the in-use figures of the high-water mark (the library wrote both at exit)
+  const peakFile = join(runDir, `peak.${p.pid}.pb`);
+  const atPeak = opts.peak === true && existsSync(peakFile);
+  const raw = ProfileCodec.decode(readFileSync(atPeak ? peakFile : join(runDir, `raw.${p.pid}.pb`)));
   const perfMap = perfMapOf(p.pid);
   const cut = join(runDir, `perfmap.${p.pid}.json`); // the map's size at the dump (Node's exit hook)
   const perfMapBytes = existsSync(cut) ? (JSON.parse(readFileSync(cut, 'utf8')) as { bytes: number }).bytes : undefined;
@@ -255,13 +265,14 @@ function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport): void
   });
   const comment = (text: string) => profile.comment.push(profile.stringTable.dedup(text));
   const jsHeapFile = join(runDir, `jsheap.${p.pid}.json`);
-  if (opts.jsHeap && existsSync(jsHeapFile)) {
+  // the JavaScript heap and the resident set were measured at exit, not at the peak
+  if (opts.jsHeap && !atPeak && existsSync(jsHeapFile)) {
     const { interval, profile: js } = JSON.parse(readFileSync(jsHeapFile, 'utf8')) as { interval: number; profile: V8SamplingHeapProfile };
     const merged = mergeJsHeap(profile, js, interval);
     comment(`heap=js: V8's sampling heap profiler at interval=${interval}: ${Math.round(merged.bytes)} bytes of JavaScript objects in use (${merged.samples} samples)`);
   }
   const rssFile = join(runDir, `rss.${p.pid}.json`);
-  if (existsSync(rssFile)) {
+  if (!atPeak && existsSync(rssFile)) {
     const rss = JSON.parse(readFileSync(rssFile, 'utf8')) as RssBreakdown;
     comment(formatRssComment(rss));
     p.rss = rss;

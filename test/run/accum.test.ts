@@ -1,7 +1,9 @@
 /**
- * `run` profiles carry what was allocated over the whole run beside what is in use at exit:
- * a C program builds 100 MiB, frees it and keeps 5 MiB. In use at exit: keep_some ≈ 5 MiB;
- * allocated: build_peak ≈ 100 MiB. Tolerances are 4 standard errors of the estimates
+ * `run` profiles carry what was allocated over the whole run beside what is in use at exit,
+ * and `run --peak` the in-use figures of the high-water mark: a C program keeps 5 MiB, builds
+ * 100 MiB, frees it. In use at exit: keep_some ≈ 5 MiB; allocated: build_peak ≈ 100 MiB; at
+ * the peak: both. The peak snapshot is taken within a step (1/32 of the peak, at least 1 MiB)
+ * of the estimate's high-water mark, which the tolerance adds. Tolerances are 4 standard errors of the estimates
  * (Horvitz–Thompson, at the default 512 KiB interval): 100 blocks of 1 MiB, each sampled with
  * q = 1 − e^(−2), give sd = 1 MiB · √(100 (1 − q) / q) ≈ 4.2 MiB; 80 blocks of 64 KiB give
  * sd = 64 KiB · √(80 (1 − q) / q) ≈ 1.5 MiB. The run also says where to look.
@@ -17,6 +19,7 @@ import { root, tempDir } from '../helpers.js';
 
 const MiB = 1 << 20;
 const R = 512 * 1024;
+const STEP = (bytes: number) => Math.max(bytes / 32, MiB);
 const sd = (blocks: number, size: number) => size * Math.sqrt((blocks * Math.exp(-size / R)) / -Math.expm1(-size / R));
 
 test('run: allocated totals beside in use, and a hint when far more was allocated than kept', () => {
@@ -37,6 +40,33 @@ test('run: allocated totals beside in use, and a hint when far more was allocate
     const built = cum('alloc_space', 'build_peak');
     assert.ok(Math.abs(built - 100 * MiB) <= 4 * sd(100, MiB), `allocated, build_peak: ${built}`);
     assert.match(r.stderr, /was allocated over the run, .* was in use at exit; where it was allocated: mimalloc-pprof top \S*p\.pb\.gz --sample-index alloc_space/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('run --peak: the profile at the high-water mark (both functions), its comment saying how much and when', () => {
+  const dir = tempDir('mpp-peak-');
+  try {
+    const exe = join(dir, 'peak_then_free');
+    const cc = spawnSync('cc', ['-O1', '-g', '-fno-omit-frame-pointer', '-o', exe, join(root, 'test', 'run', 'fixtures', 'peak_then_free.c')], { encoding: 'utf8' });
+    assert.equal(cc.status, 0, cc.stderr);
+    const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'LD_PRELOAD' && !k.startsWith('MIMALLOC_')));
+    const r = spawnSync(process.execPath, [join(root, 'dist', 'src', 'cli', 'bin.js'), 'run', '--peak', '--seed', '3', '--out', 'p.pb.gz', '--', exe], { cwd: dir, env, encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(r.stderr, /in-use memory of peak_then_free \(pid \d+\) at its peak \(\d{4}-/);
+    const p = parseProfile(readFileSync(join(dir, 'p.pb.gz')));
+    const cum = (type: string, fn: string) => top(p, findSampleType(p, type)).find((row) => row.name === fn)?.cum ?? 0;
+    const built = cum('inuse_space', 'build_peak');
+    assert.ok(Math.abs(built - 100 * MiB) <= 4 * sd(100, MiB) + STEP(105 * MiB), `at the peak, build_peak: ${built}`);
+    const kept = cum('inuse_space', 'keep_some');
+    assert.ok(Math.abs(kept - 5 * MiB) <= 4 * sd(80, 64 << 10), `at the peak, keep_some: ${kept}`);
+    const comment = p.comment.map((c) => p.stringTable.strings[Number(c)] ?? '').find((c) => c.startsWith('peak: '));
+    const m = /^peak: estimated_in_use_bytes=(\d+) at_unix_ms=(\d+)$/.exec(comment ?? '');
+    assert.ok(m, `no peak comment: ${p.comment.map((c) => p.stringTable.strings[Number(c)]).join(' | ')}`);
+    const total = top(p, findSampleType(p, 'inuse_space')).reduce((a, row) => a + row.flat, 0);
+    assert.ok(Math.abs(Number(m[1]) - total) <= 0.01 * total, `comment ${m[1]}, profile ${total}`);
+    assert.ok(Math.abs(Number(m[2]) - Date.now()) < 120_000, 'the peak was reached during this run');
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

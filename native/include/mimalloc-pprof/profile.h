@@ -89,6 +89,16 @@ mi_prof_export bool mi_prof_thread_exclude(bool exclude);
 mi_prof_export mi_prof_nodiscard bool mi_prof_dump(const char* path);       /* heap_v2 text */
 mi_prof_export mi_prof_nodiscard bool mi_prof_dump_proto(const char* path); /* profile.proto */
 
+/* The profile as it stood at the high-water mark of the estimate of bytes in use since start:
+ * in-use figures of that moment (within 1/32 of it, or 1 MiB), allocated figures of now.
+ * MIMALLOC_PROF_DUMP_PEAK_AT_EXIT=path writes it at exit too. The proto carries a comment
+ * "peak: estimated_in_use_bytes=N at_unix_ms=T". */
+mi_prof_export mi_prof_nodiscard bool mi_prof_dump_peak(const char* path);       /* heap_v2 text */
+mi_prof_export mi_prof_nodiscard bool mi_prof_dump_peak_proto(const char* path); /* profile.proto */
+/* The peak's estimate of bytes in use and when it was reached (CLOCK_REALTIME ns); false (and
+ * zeros) before the first peak snapshot. */
+mi_prof_export bool mi_prof_peak(double* bytes, uint64_t* unix_ns);
+
 /* Exact counters as seen by the interposer, in usable bytes. Only counted while memory
  * events are enabled (MIMALLOC_MEMORY_EVENTS=1 or mi_prof_memory_events_enable). */
 mi_prof_export void mi_prof_memory_events_enable(bool enable);
