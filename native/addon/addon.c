@@ -38,6 +38,7 @@ typedef struct api_s {
   bool (*thread_exclude)(bool);
   bool (*dump_peak)(const char*);
   bool (*dump_peak_proto)(const char*);
+  bool (*peak)(double*, uint64_t*, uint64_t*);
 } api_t;
 
 static api_t api;
@@ -62,6 +63,7 @@ static void resolve(void) {
     api.thread_exclude = (__typeof__(api.thread_exclude))dlsym(RTLD_DEFAULT, "mi_prof_thread_exclude");
     api.dump_peak = (__typeof__(api.dump_peak))dlsym(RTLD_DEFAULT, "mi_prof_dump_peak");
     api.dump_peak_proto = (__typeof__(api.dump_peak_proto))dlsym(RTLD_DEFAULT, "mi_prof_dump_peak_proto");
+    api.peak = (__typeof__(api.peak))dlsym(RTLD_DEFAULT, "mi_prof_peak");
   }
 }
 
@@ -378,6 +380,26 @@ static napi_value js_exclude_thread(napi_env env, napi_callback_info info) {
   return make_bool(env, api.thread_exclude != NULL && api.thread_exclude(exclude));
 }
 
+/* peak() -> { bytes, unixMs, snapshots } (zeros before the first), or null from a library
+ * without mi_prof_peak */
+static napi_value js_peak(napi_env env, napi_callback_info info) {
+  (void)info;
+  if (!api_ok) return not_preloaded(env);
+  napi_value r;
+  if (api.peak == NULL) {
+    CHECK(napi_get_null(env, &r));
+    return r;
+  }
+  double bytes = 0;
+  uint64_t ns = 0, snapshots = 0;
+  (void)api.peak(&bytes, &ns, &snapshots);
+  CHECK(napi_create_object(env, &r));
+  set_num(env, r, "bytes", bytes);
+  set_num(env, r, "unixMs", (double)(ns / 1000000u));
+  set_num(env, r, "snapshots", (double)snapshots);
+  return r;
+}
+
 NAPI_MODULE_INIT() {
   resolve();
   probe_pool(env);
@@ -388,7 +410,7 @@ NAPI_MODULE_INIT() {
       {"available", js_available}, {"start", js_start}, {"stop", js_stop},
       {"reset", js_reset},         {"isRunning", js_is_running}, {"dump", js_dump},
       {"stats", js_stats},         {"memoryEvents", js_memory_events}, {"memorySnapshot", js_memory_snapshot},
-      {"resident", js_resident},   {"excludeThread", js_exclude_thread},
+      {"resident", js_resident},   {"excludeThread", js_exclude_thread}, {"peak", js_peak},
   };
   for (size_t i = 0; i < sizeof(fns) / sizeof(*fns); i++) {
     napi_value f;

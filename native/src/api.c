@@ -203,11 +203,12 @@ bool mi_prof_dump_proto(const char* path) { return mp_dump(path, MP_FORMAT_PROTO
 bool mi_prof_dump_peak(const char* path) { return mp_dump(path, MP_FORMAT_TEXT, true); }
 bool mi_prof_dump_peak_proto(const char* path) { return mp_dump(path, MP_FORMAT_PROTO, true); }
 
-bool mi_prof_peak(double* bytes, uint64_t* unix_ns) {
+bool mi_prof_peak(double* bytes, uint64_t* unix_ns, uint64_t* snapshots) {
   mp_peak_t p;
   mp_table_peak(&p);
   if (bytes != NULL) *bytes = p.bytes;
   if (unix_ns != NULL) *unix_ns = p.ns;
+  if (snapshots != NULL) *snapshots = p.snapshots;
   return p.ns != 0;
 }
 

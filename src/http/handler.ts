@@ -10,7 +10,8 @@
  *
  * Query: `debug=N` (>0: heap_v2 text annotated with names), `gc=N` (heap: V8's gc first when
  * node runs with --expose-gc; otherwise ignored and said so in X-Mimalloc-Pprof-Gc),
- * `seconds=N` (delta profile of that window: NEXT − BASE). Headers and errors as Go's.
+ * `seconds=N` (delta profile of that window: NEXT − BASE), `peak=1` (the profile as it stood
+ * at the high-water mark of the estimated in-use bytes). Headers and errors as Go's.
  *
  * Who is answered: loopback clients only, unless `authToken` is set (then whoever sends it)
  * or `allowRemote: true`; others get 403 and one warning per handler. A request that came
@@ -228,6 +229,7 @@ ${descriptions}
   const serveProfile = async (name: 'heap' | 'allocs', req: IncomingMessage, res: ServerResponse, q: URLSearchParams) => {
     const debug = Number.parseInt(q.get('debug') ?? '', 10) || 0; // Go: Atoi, errors read as 0
     const gc = name === 'heap' && (Number.parseInt(q.get('gc') ?? '', 10) || 0) > 0;
+    const peak = (Number.parseInt(q.get('peak') ?? '', 10) || 0) > 0;
     const secondsText = q.get('seconds') ?? '';
     let seconds = 0;
     if (secondsText !== '') {
@@ -235,6 +237,7 @@ ${descriptions}
       if (seconds <= 0) return serveError(res, 400, 'invalid value for "seconds" - must be a positive integer');
       if (seconds > maxSeconds) return serveError(res, 400, `profile duration exceeds this server's limit of ${maxSeconds} seconds`);
       if (debug !== 0) return serveError(res, 400, 'seconds and debug params are incompatible');
+      if (peak) return serveError(res, 400, 'seconds and peak params are incompatible');
     }
     const a = checkAvailability();
     if (!a.available) return serveError(res, 503, `mimalloc-pprof: the profiler is not available in this process: ${a.reason}`);
@@ -253,7 +256,7 @@ ${descriptions}
     if (seconds > 0) windows++;
     const leases: Lease[] = [];
     try {
-      const first = await snapshots.acquire({ gc });
+      const first = await snapshots.acquire({ gc, peak });
       leases.push(first);
       let data: Uint8Array;
       if (seconds > 0) {

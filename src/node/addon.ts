@@ -27,6 +27,8 @@ export interface NativeAddon {
   resident(): NativeResident | null;
   /** Leaves the calling thread's allocations out of profiles from now on (mi_prof_thread_exclude); returns the previous setting. */
   excludeThread(exclude: boolean): boolean;
+  /** The high-water mark of the estimated in-use bytes since start (mi_prof_peak); null from a library without it. */
+  peak(): { bytes: number; unixMs: number; snapshots: number } | null;
 }
 
 /** The addon's resident object (mi_prof_resident_t and mi_prof_mapping_owners, numbers). */

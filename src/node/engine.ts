@@ -99,8 +99,11 @@ function rememberNativeNames(p: Profile): void {
   }
 }
 
-/** Dumps, reads back and symbolises the profile of this process; `path` is removed once read. */
-export function takeSnapshot(addon: NativeAddon, path: string): Profile {
+/**
+ * Dumps, reads back and symbolises the profile of this process (`peak`: as it stood at the
+ * high-water mark of its estimated in-use bytes); `path` is removed once read.
+ */
+export function takeSnapshot(addon: NativeAddon, path: string, peak = false): Profile {
   try {
     // the perf map as the dump sees it: code made afterwards may reuse a sampled frame's address
     const perfMap = perfMapOfThisProcess();
@@ -110,7 +113,7 @@ export function takeSnapshot(addon: NativeAddon, path: string): Profile {
     } catch {
       perfMapBytes = undefined;
     }
-    addon.dump(path, 'proto');
+    addon.dump(path, 'proto', peak);
     const data = readFileSync(path);
     rmSync(path, { force: true });
     const profile = parseProfile(data, 'in-process profile', { maxBytes: MAX_RAW_BYTES });

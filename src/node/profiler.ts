@@ -45,7 +45,12 @@ export interface StartOptions {
 
 /** The preload library's figures (mi_prof_stats_t): sampled, estimated, exact, process; and
  * the resident set accounted for (the same breakdown a profile carries as a comment). */
-export type ProfilerStats = NativeStats & { rssBreakdown: RssBreakdown };
+export type ProfilerStats = NativeStats & {
+  rssBreakdown: RssBreakdown;
+  /** The high-water mark of the estimated in-use bytes since start: how much, when (ms since
+   * the epoch; 0 before the first), and how many peak snapshots it took (profile({ peak })). */
+  peak?: { bytes: number; unixMs: number; snapshots: number };
+};
 
 /** The memory-events API's snapshot (C: mi_memory_snapshot, memory-events.h), in usable bytes. */
 export interface MemoryEventsSnapshot {
@@ -75,6 +80,10 @@ export interface ProfileOptions {
   sampleType?: SampleType;
   /** Run V8's gc first when it is exposed (node --expose-gc); ignored otherwise. */
   gc?: boolean;
+  /** The profile as it stood at the high-water mark of the estimated in-use bytes since the
+   * profiler started (its comments say how much and when): in-use figures of that moment,
+   * allocated totals of now, no JavaScript heap (which is measured now). Default false. */
+  peak?: boolean;
   /** The JavaScript heap beside the native heap (heap=js samples). true: starts sampling it
    * now if it is not sampled yet (objects allocated before are not seen); false: leaves it
    * out; default: included when it is sampled (start({ jsHeap: true }), pprofHandler). */
@@ -82,7 +91,7 @@ export interface ProfileOptions {
 }
 
 const START_KEYS = new Set(['interval', 'seed', 'accum', 'btMax', 'maxBytes', 'jsHeap', 'includeProfilerThreads']);
-const PROFILE_KEYS = new Set(['format', 'gzip', 'sampleType', 'gc', 'jsHeap']);
+const PROFILE_KEYS = new Set(['format', 'gzip', 'sampleType', 'gc', 'jsHeap', 'peak']);
 const SAMPLE_TYPES = new Set(['inuse_space', 'inuse_objects', 'alloc_space', 'alloc_objects']);
 
 function checkKeys(what: string, options: object, allowed: Set<string>): void {
@@ -122,6 +131,7 @@ function checkProfileOptions(options: ProfileOptions): void {
     throw new TypeError(`profile: sampleType must be one of ${[...SAMPLE_TYPES].join(', ')}, not ${String(options.sampleType)}`);
   }
   if (options.jsHeap !== undefined && typeof options.jsHeap !== 'boolean') throw new TypeError('profile: jsHeap must be a boolean');
+  if (options.peak !== undefined && typeof options.peak !== 'boolean') throw new TypeError('profile: peak must be a boolean');
 }
 
 /** Runs `fn` as an async call: its errors reject instead of throwing. */
@@ -199,7 +209,10 @@ export const profiler = {
 
   /** Sampled and estimated figures, exact counters, RSS and commit, the RSS breakdown. */
   stats(): ProfilerStats {
-    return withAddon((a) => ({ ...a.stats(), rssBreakdown: measureRss(a) }));
+    return withAddon((a) => {
+      const peak = a.peak();
+      return { ...a.stats(), rssBreakdown: measureRss(a), ...(peak ? { peak } : {}) };
+    });
   },
 
   /**
@@ -211,7 +224,7 @@ export const profiler = {
     return later(async () => {
       checkProfileOptions(options);
       if (options.jsHeap === true) startJsHeap(withAddon((a) => a.stats()).sampleInterval || 524288);
-      const lease = await snapshots.acquire({ gc: options.gc === true });
+      const lease = await snapshots.acquire({ gc: options.gc === true, peak: options.peak === true });
       try {
         const data = await lease.render({
           format: options.format ?? 'proto',

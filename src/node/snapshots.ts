@@ -233,6 +233,8 @@ export class Lease {
 export class SnapshotSource {
   private readonly worker = new ProfilingWorker();
   private inflight: State | undefined;
+  /** Peak snapshots (mi_prof_dump_peak) coalesce among themselves. */
+  private inflightPeak: State | undefined;
   /** Dumps taken so far (observability, tests). */
   dumps = 0;
   /**
@@ -245,33 +247,44 @@ export class SnapshotSource {
    * A lease on a fresh snapshot: a new dump, or the one under way. `gc`: run V8's gc first
    * when it is exposed (--expose-gc); a request that joins a dump under way does not.
    */
-  acquire(options: { gc?: boolean } = {}): Promise<Lease> {
+  acquire(options: { gc?: boolean; peak?: boolean } = {}): Promise<Lease> {
     requireAddon(); // the typed error, before any worker is started
-    let state = this.inflight;
+    const peak = options.peak === true;
+    let state = peak ? this.inflightPeak : this.inflight;
     let gc: GcOutcome;
     if (state) {
       gc = !options.gc ? 'not-requested' : typeof (globalThis as { gc?: unknown }).gc === 'function' ? 'joined' : 'unavailable';
     } else {
       gc = options.gc ? runGc() : 'not-requested';
-      const jsHeap = takeJsHeap();
+      // the JavaScript heap and the resident set are of now: a peak snapshot goes without them
+      const jsHeap = peak ? undefined : takeJsHeap();
       // the application's heap figures from its own thread; the worker measures the rest
-      const v8Heap = v8HeapFigures();
-      const ready = this.worker.call({ op: 'snapshot', ...(jsHeap ? { jsHeap } : {}), v8Heap, excludeSelf: !this.includeProfilerThreads }, [], !this.includeProfilerThreads).then((r) => r as { id: number; timeNs: bigint; samples: number });
+      const v8Heap = peak ? undefined : v8HeapFigures();
+      const ready = this.worker.call(
+        { op: 'snapshot', ...(jsHeap ? { jsHeap } : {}), ...(v8Heap ? { v8Heap } : {}), ...(peak ? { peak } : {}), excludeSelf: !this.includeProfilerThreads },
+        [],
+        !this.includeProfilerThreads,
+      ).then((r) => r as { id: number; timeNs: bigint; samples: number });
       const s: State = { ready, epoch: this.worker.epoch, gc, refs: 0, renders: new Map() };
       this.worker.live++;
       this.dumps++;
       state = s;
-      this.inflight = s;
+      if (peak) this.inflightPeak = s;
+      else this.inflight = s;
+      const settle = () => {
+        if (this.inflight === s) this.inflight = undefined;
+        if (this.inflightPeak === s) this.inflightPeak = undefined;
+      };
       ready.then(
         (r) => {
           s.settled = r;
-          if (this.inflight === s) this.inflight = undefined;
+          settle();
           if (s.refs === 0) this.free(s);
         },
         () => {
           if (s.epoch === this.worker.epoch) this.worker.live--;
           this.worker.release([], s.epoch); // re-arms the idle timer
-          if (this.inflight === s) this.inflight = undefined;
+          settle();
         },
       );
     }

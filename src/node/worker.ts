@@ -19,7 +19,7 @@ import { requireAddon, translate } from './addon.js';
 import { render, renderDelta, renderWindow, takeSnapshot, type RenderSpec } from './engine.js';
 
 export type WorkerRequest =
-  | { seq: number; op: 'snapshot'; jsHeap?: { interval: number; profile: V8SamplingHeapProfile }; v8Heap?: V8HeapFigures; excludeSelf?: boolean }
+  | { seq: number; op: 'snapshot'; jsHeap?: { interval: number; profile: V8SamplingHeapProfile }; v8Heap?: V8HeapFigures; excludeSelf?: boolean; peak?: boolean }
   | { seq: number; op: 'render'; id: number; spec: RenderSpec }
   | { seq: number; op: 'delta'; baseId: number; id: number; spec: RenderSpec }
   | { seq: number; op: 'window'; baseId?: number; id: number; fromNs: bigint; untilNs: bigint }
@@ -66,7 +66,7 @@ if (parentPort) {
           if (msg.excludeSelf !== undefined) exclude(msg.excludeSelf);
           const id = nextId++;
           const timeNs = BigInt(Date.now()) * 1_000_000n;
-          const profile = takeSnapshot(requireAddon(), dumpPath);
+          const profile = takeSnapshot(requireAddon(), dumpPath, msg.peak === true);
           if (msg.jsHeap) {
             const merged = mergeJsHeap(profile, msg.jsHeap.profile, msg.jsHeap.interval);
             profile.comment.push(

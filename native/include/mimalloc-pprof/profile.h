@@ -95,9 +95,9 @@ mi_prof_export mi_prof_nodiscard bool mi_prof_dump_proto(const char* path); /* p
  * "peak: estimated_in_use_bytes=N at_unix_ms=T". */
 mi_prof_export mi_prof_nodiscard bool mi_prof_dump_peak(const char* path);       /* heap_v2 text */
 mi_prof_export mi_prof_nodiscard bool mi_prof_dump_peak_proto(const char* path); /* profile.proto */
-/* The peak's estimate of bytes in use and when it was reached (CLOCK_REALTIME ns); false (and
- * zeros) before the first peak snapshot. */
-mi_prof_export bool mi_prof_peak(double* bytes, uint64_t* unix_ns);
+/* The peak's estimate of bytes in use, when it was reached (CLOCK_REALTIME ns) and how many
+ * peak snapshots were taken since start; false (and zeros) before the first. Any may be NULL. */
+mi_prof_export bool mi_prof_peak(double* bytes, uint64_t* unix_ns, uint64_t* snapshots);
 
 /* Exact counters as seen by the interposer, in usable bytes. Only counted while memory
  * events are enabled (MIMALLOC_MEMORY_EVENTS=1 or mi_prof_memory_events_enable). */
