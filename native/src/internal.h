@@ -401,6 +401,9 @@ void mp_write_proto(mp_out_t* out, const mp_snapshot_t* snap);
 /* ---- dump.c ---- */
 bool mp_dump(const char* path, mp_format_t format, bool peak);
 
+/* ---- every.c: periodic profiles (MIMALLOC_PROF_DUMP_EVERY) ---- */
+void mp_every_start(void);
+
 /* ---- api.c: the public API ---- */
 typedef struct mp_state_s {
   atomic_bool running;

@@ -47,6 +47,10 @@ Options:
                       heap=native)
   --main-only         profile only the process run starts, or what it exec's (its children
                       run on mimalloc, unprofiled)
+  --every DURATION    also write profiles while the program runs, every DURATION (500ms,
+                      10s, 1m; at least 100ms): FILE with .<pid>.<n> before .pb.gz, named as
+                      they come (mimalloc-pprof growth reads the series; a forked child
+                      that does not exec has none)
   --peak              write each profile as it stood at the high-water mark of its estimated
                       in-use bytes (within 1/32 of it) instead of at exit: the in-use figures
                       of that moment, allocated totals of the whole run; the profile's
@@ -64,7 +68,7 @@ interface CliRunOptions extends RunOptions {
   html?: boolean;
 }
 
-const VALUE_OPTIONS = new Set(['--out', '--format', '--interval', '--seed', '--bt-max', '--top']);
+const VALUE_OPTIONS = new Set(['--out', '--format', '--interval', '--seed', '--bt-max', '--top', '--every']);
 
 export function parseRunArgs(argv: string[]): CliRunOptions | 'help' {
   const opts: CliRunOptions = { out: 'mimalloc-pprof.pb.gz', format: 'proto', btMax: 64, top: 10, profile: true, gc: true, jsHeap: true, command: [] };
@@ -102,11 +106,22 @@ export function parseRunArgs(argv: string[]): CliRunOptions | 'help' {
       case '--top':
         opts.top = integer(value, '--top', 0, 100000);
         break;
+      case '--every':
+        opts.every = parseDuration(value, '--every');
+        break;
     }
   }
   opts.command = split.rest;
   if (opts.command.length === 0) throw new UsageError('run: no command given (mimalloc-pprof run [options] -- CMD ARGS…)');
   return opts;
+}
+
+/** A duration like 500ms, 10s, 1.5s or 2m, in milliseconds (at least 100 ms). */
+export function parseDuration(value: string, name: string): number {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m)$/.exec(value);
+  const ms = m ? Number(m[1]) * (m[2] === 'ms' ? 1 : m[2] === 's' ? 1000 : 60_000) : NaN;
+  if (!(ms >= 100 && ms <= 24 * 3600_000)) throw new UsageError(`run: ${name} must be a duration from 100ms to 24h like 500ms, 10s or 1m, not ${value}`);
+  return Math.round(ms);
 }
 
 /** Bytes with an optional k/m/g suffix (powers of 1024), as the preload library reads them. */
@@ -170,6 +185,9 @@ export async function runCommand(argv: string[]): Promise<number> {
     }
   }
   for (const p of profiled) err.write(`mimalloc-pprof: wrote ${p.file}${p.main ? '' : ` (pid ${p.pid})`}\n`);
+  for (const [pid, files] of groupSeries(result.series ?? [])) {
+    err.write(`mimalloc-pprof: wrote ${files.length} periodic profile${files.length === 1 ? '' : 's'} of pid ${pid}: ${files[0]}${files.length > 1 ? ` … ${files[files.length - 1]}` : ''}\n`);
+  }
   if (opts.html && detailed.profile && detailed.file) {
     const html = reportPath(detailed.file);
     try {
@@ -204,6 +222,12 @@ function peakWhen(profile: Profile): string {
   const c = profile.comment.map((i) => profile.stringTable.strings[Number(i)] ?? '').find((x) => x.startsWith('peak: '));
   const at = Number(/at_unix_ms=(\d+)/.exec(c ?? '')?.[1]);
   return Number.isFinite(at) && at > 0 ? ` (${new Date(at).toISOString()})` : '';
+}
+
+function groupSeries(series: { pid: number; n: number; file: string }[]): Map<number, string[]> {
+  const out = new Map<number, string[]>();
+  for (const s of series) (out.get(s.pid) ?? out.set(s.pid, []).get(s.pid)!).push(s.file);
+  return out;
 }
 
 /** FILE with `.html` for its profile extension (`x.pb.gz` → `x.html`). */

@@ -54,6 +54,9 @@ export interface RunOptions {
   /** Write each process's profile as it stood at the high-water mark of its estimated
    * in-use bytes (mi_prof_dump_peak) instead of at exit. */
   peak?: boolean;
+  /** Milliseconds between periodic profiles (MIMALLOC_PROF_DUMP_EVERY): each process's series
+   * is written, named, while it runs, as `out` with .<pid>.<n> before .pb.gz. */
+  every?: number;
 }
 
 /** One process of the run. */
@@ -88,6 +91,8 @@ export type RunResult =
       noProfile?: string;
       /** A warning to show before the results (e.g. the preload cannot reach the program). */
       warning?: string;
+      /** --every: the periodic profiles written, in order of pid and number. */
+      series?: { pid: number; n: number; file: string }[];
     };
 
 /** `out` must be writable before the program runs: found afterwards, the profile is lost. */
@@ -157,6 +162,10 @@ function programEnv(opts: RunOptions, runDir: string, isNode: boolean): NodeJS.P
     env.MIMALLOC_PROF_ACCUM = '1';
     if (maxBytes !== undefined) env.MIMALLOC_PROF_MAX_BYTES = maxBytes;
     env.MIMALLOC_PROF_DUMP_AT_EXIT = join(runDir, 'raw.%p.pb');
+    if (opts.every !== undefined) {
+      env.MIMALLOC_PROF_DUMP_EVERY = String(Math.round(opts.every));
+      env.MIMALLOC_PROF_DUMP_EVERY_PATH = join(runDir, 'every.%p.%n.pb');
+    }
     if (opts.peak) {
       env.MIMALLOC_PROF_DUMP_PEAK_AT_EXIT = join(runDir, 'peak.%p.pb');
       env.MIMALLOC_PPROF_PEAK = '1'; // Node's exit hook dumps it beside its own exit dump
@@ -248,6 +257,64 @@ export function whyNoProfile(cmd: string, code: number | null, signal: NodeJS.Si
 }
 
 /** Names one process's raw profile, records who it was, and writes it. */
+/** `out` with .<pid>.<n> before its extension, as gzipped proto: one profile of a series. */
+export function seriesPath(out: string, pid: number, n: number): string {
+  return `${out.replace(/\.(pb\.gz|pb|pprof|heap|txt)$/i, '')}.${pid}.${n}.pb.gz`;
+}
+
+/**
+ * The periodic profiles of --every: the library writes raw ones into the run's folder; they
+ * are named (ELF symbols, V8's perf map as it is then) and written beside `out` as they come.
+ * V8 writes its perf map through a buffer, so code compiled shortly before a profile may not
+ * be in it yet: stop(), once the program has ended and its map is complete, names every one
+ * again, overwrites it, and lists them.
+ */
+function startSeries(opts: RunOptions, runDir: string): { stop(): { pid: number; n: number; file: string }[] } {
+  const written = new Map<string, { pid: number; n: number; file: string }>();
+  const sweep = (final: boolean) => {
+    let names: string[];
+    try {
+      names = readdirSync(runDir);
+    } catch {
+      return;
+    }
+    const raws = names
+      .flatMap((f) => {
+        const m = /^every\.(\d+)\.(\d+)\.pb$/.exec(f);
+        return m ? [{ f, pid: Number(m[1]), n: Number(m[2]) }] : [];
+      })
+      .sort((a, b) => a.pid - b.pid || a.n - b.n);
+    for (const { f, pid, n } of raws) {
+      const path = join(runDir, f);
+      if (!final && written.has(f)) continue;
+      try {
+        const perfMap = perfMapOf(pid);
+        const { profile } = symbolize(ProfileCodec.decode(readFileSync(path)), {
+          pid,
+          perfMapPath: existsSync(perfMap) ? perfMap : undefined,
+          trimFile: isPreloadLibrary,
+        });
+        profile.comment.push(profile.stringTable.dedup(`mimalloc-pprof ${packageVersion()} run --every: profile ${n} of pid=${pid}`));
+        const file = resolve(seriesPath(opts.out, pid, n));
+        writeFileAtomic(file, encodeProfile(profile));
+        written.set(f, { pid, n, file });
+      } catch (e) {
+        debug('series %s: %s', f, e instanceof Error ? e.message : String(e));
+      }
+      if (final) rmSync(path, { force: true });
+    }
+  };
+  const timer = setInterval(() => sweep(false), Math.max(250, Math.min(2000, (opts.every ?? 1000) / 2)));
+  timer.unref();
+  return {
+    stop() {
+      clearInterval(timer);
+      sweep(true);
+      return [...written.values()].sort((a, b) => a.pid - b.pid || a.n - b.n);
+    },
+  };
+}
+
 function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport): void {
   const started = performance.now();
   // --peak: the in-use figures of the high-water mark (the library wrote both at exit)
@@ -316,7 +383,9 @@ export async function runProgram(opts: RunOptions): Promise<RunResult> {
     const launched = deno ?? file;
     const launchArgs = deno ? denoArgs(args, runDir, unsplittable(libraryPath(), runDir), env) : args;
 
+    const series = opts.profile && opts.every !== undefined ? startSeries(opts, runDir) : undefined;
     const { pid: mainPid, ended } = await launch(launched, launchArgs, deno ? 'deno' : cmd, env);
+    const written = series?.stop() ?? [];
     if (ended instanceof Error) {
       const code = (ended as NodeJS.ErrnoException).code;
       return { kind: 'not-started', status: code === 'ENOENT' ? 127 : 126, message: `${cmd}: ${ended.message}` };
@@ -344,7 +413,15 @@ export async function runProgram(opts: RunOptions): Promise<RunResult> {
     const processes: ProcessReport[] = all
       .map((m) => ({ ...m, main: m.pid === mainPid }))
       .sort((a, b) => (a.main ? -1 : b.main ? 1 : a.pid - b.pid));
-    const result: RunResult = { kind: 'ended', status, code, signal, processes, ...(obstacle ? { warning: obstacle } : {}) };
+    const result: RunResult = {
+      kind: 'ended',
+      status,
+      code,
+      signal,
+      processes,
+      ...(obstacle ? { warning: obstacle } : {}),
+      ...(series ? { series: written } : {}),
+    };
     if (!opts.profile) return result;
     for (const p of processes) if (raws.has(p.pid)) finishProfile(opts, runDir, p);
     if (!raws.has(mainPid)) result.noProfile = whyNoProfile(cmd, code, signal);
