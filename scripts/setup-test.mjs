@@ -16,6 +16,8 @@ const needs = [
   ['lib:libjemalloc.so.2', 'libjemalloc2'],
   ['lib:libtcmalloc_minimal.so.4', 'libgoogle-perftools4'],
   ['heaptrack', 'heaptrack'],
+  // run --peak against heaptrack on a real job (test/run/heaptrack.test.ts)
+  ['sqlite3', 'sqlite3'],
   // the reliability gates (docs/reliability.md): clang, and its ASan/UBSan and libFuzzer
   // runtimes (Debian 12: clang 14's, only recommended by clang; sh: a shell test)
   ['clang', 'clang'],
