@@ -66,7 +66,7 @@ interface PerFunction {
 }
 
 /** Horvitz–Thompson variance of a row estimating `count` blocks totalling `bytes`. */
-function rowVariance(bytes: number, count: number, period: number): number {
+export function rowVariance(bytes: number, count: number, period: number): number {
   if (!(period > 0 && count > 0 && bytes > 0)) return 0;
   const size = bytes / count;
   const q = -Math.expm1(-size / period);

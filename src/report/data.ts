@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import { packageRoot } from '../preload/library.js';
 import { isJavaScriptName } from '../symbolize/perfmap.js';
 import { canonical, frameNames, indexProfile, str, toNum, type Profile } from '../profile/model.js';
-import { growth, type GrowthResult } from '../profile/growth.js';
+import { growth, rowVariance, type GrowthResult } from '../profile/growth.js';
 import { parseRssBreakdown } from '../profile/rss.js';
 
 const OWN_SCRIPTS = join(packageRoot, 'dist') + '/';
@@ -140,14 +140,7 @@ function standardError(p: Profile): number | undefined {
   const objects = types.indexOf('inuse_objects');
   if (period <= 0 || space < 0 || objects < 0) return undefined;
   let variance = 0;
-  for (const s of p.sample) {
-    const bytesV = toNum(s.value[space]!);
-    const count = toNum(s.value[objects]!);
-    if (bytesV <= 0 || count <= 0) continue;
-    const size = bytesV / count;
-    const q = 1 - Math.exp(-size / period);
-    variance += count * q * size * size * (1 - q) / (q * q);
-  }
+  for (const s of p.sample) variance += rowVariance(toNum(s.value[space]!), toNum(s.value[objects]!), period);
   return Math.sqrt(variance);
 }
 
