@@ -37,7 +37,9 @@ static double now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static volatile uintptr_t sink;
+/* Per thread: a shared one would bounce its cache line between the threads of `scale` on every
+ * allocation and measure that instead of the allocator. */
+static _Thread_local volatile uintptr_t sink;
 
 __attribute__((noinline)) static void* leaf(size_t n) {
   void* p = malloc(n);

@@ -86,6 +86,7 @@ typedef struct mp_options_s {
   bool memory_events;     /* MIMALLOC_MEMORY_EVENTS */
   bool verbose;           /* MIMALLOC_PROF_VERBOSE */
   size_t arena_bytes;     /* MIMALLOC_PROF_ARENA_SIZE: virtual reserve for sampled blocks */
+  bool direct;            /* MIMALLOC_PROF_DIRECT: PLT slots bound to the watching entry points (bind.c) */
 #define MP_ARENA_MIN ((size_t)64 << 20) /* below, mimalloc may not carve one arena page */
 } mp_options_t;
 
@@ -267,6 +268,16 @@ void mp_arena_thread_exit(void);
 /* Points the hot entry points at the watching versions (profiling or exact counters on) or
  * straight at mimalloc. Called under the lifecycle lock. */
 void mp_entry_update(bool watching);
+
+/* bind.c: the program's PLT slots for `name` re-pointed between the exported entry point and
+ * its watching version (profiling on: watching; off: exported). Returns the slots rewritten. */
+typedef struct mp_direct_s {
+  const char* name;
+  const void* exported;
+  const void* watching;
+} mp_direct_t;
+#define MP_DIRECT_MAX 32
+size_t mp_bind_direct(const mp_direct_t* names, size_t count, bool watching);
 void mp_interpose_init(void); /* registers the mimalloc error handler that sets errno */
 bool mp_interpose_probe(void); /* the program's malloc is this library's (at load only) */
 /* operator new's failure path: new-handler loop, then std::bad_alloc (or NULL if nothrow). */

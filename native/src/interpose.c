@@ -137,7 +137,19 @@ typedef struct entry_table_s {
 
 static entry_table_t entry = {mi_malloc, mi_free, mi_zalloc, plain_realloc, plain_new, plain_new_nothrow};
 
+static void* watching_calloc(size_t count, size_t size) {
+  size_t n;
+  if (__builtin_mul_overflow(count, size, &n)) return enomem();
+  if (take(n)) return mi_zalloc(n);
+  return mp_alloc_slow(n, 0, MP_ZERO, RA);
+}
+
+static const mp_direct_t* direct_names(size_t* count);
+
 void mp_entry_update(bool watching) {
+  size_t count;
+  const mp_direct_t* names = direct_names(&count);
+  if (!watching) mp_bind_direct(names, count, false); /* callers back on the table first */
   if (watching) {
     __atomic_store_n(&entry.free, watching_free, __ATOMIC_SEQ_CST);
     __atomic_store_n(&entry.realloc, watching_realloc, __ATOMIC_SEQ_CST);
@@ -153,6 +165,7 @@ void mp_entry_update(bool watching) {
     __atomic_store_n(&entry.realloc, plain_realloc, __ATOMIC_SEQ_CST);
     __atomic_store_n(&entry.free, mi_free, __ATOMIC_SEQ_CST);
   }
+  if (watching) mp_bind_direct(names, count, true); /* the table is watching already */
 }
 
 /* ---- C ------------------------------------------------------------------------------------ */
@@ -348,6 +361,47 @@ DELETE_FORM(_ZdlPvRKSt9nothrow_t, __attribute__((unused)) const void* tag)
 DELETE_FORM(_ZdaPvRKSt9nothrow_t, __attribute__((unused)) const void* tag)
 DELETE_FORM(_ZdlPvSt11align_val_tRKSt9nothrow_t, __attribute__((unused)) size_t a, __attribute__((unused)) const void* tag)
 DELETE_FORM(_ZdaPvSt11align_val_tRKSt9nothrow_t, __attribute__((unused)) size_t a, __attribute__((unused)) const void* tag)
+
+/* ---- direct binding (bind.c) ------------------------------------------------------------------
+ * Each exported name whose body, while profiling, only forwards to a watching version (the
+ * table's, or with an argument it ignores). The exported addresses are taken through hidden
+ * aliases: the address of a default-visibility function may be the executable's PLT stub. */
+#define SELF(ret, self, name, ...) extern ret self(__VA_ARGS__) __attribute__((alias(#name), visibility("hidden")))
+SELF(void*, mp_self_malloc, malloc, size_t);
+SELF(void, mp_self_free, free, void*);
+SELF(void*, mp_self_calloc, calloc, size_t, size_t);
+SELF(void*, mp_self_realloc, realloc, void*, size_t);
+SELF(void*, mp_self_new, _Znwm, size_t);
+SELF(void*, mp_self_new_array, _Znam, size_t);
+SELF(void*, mp_self_new_nothrow, _ZnwmRKSt9nothrow_t, size_t, const void*);
+SELF(void*, mp_self_new_array_nothrow, _ZnamRKSt9nothrow_t, size_t, const void*);
+SELF(void, mp_self_delete_sized, _ZdlPvm, void*, size_t);
+SELF(void, mp_self_delete_array_sized, _ZdaPvm, void*, size_t);
+
+static const mp_direct_t* direct_names(size_t* count) {
+  static const mp_direct_t names[] = {
+      {"malloc", (const void*)mp_self_malloc, (const void*)watching_malloc},
+      {"__libc_malloc", (const void*)mp_self_malloc, (const void*)watching_malloc},
+      {"free", (const void*)mp_self_free, (const void*)watching_free},
+      {"cfree", (const void*)mp_self_free, (const void*)watching_free},
+      {"__libc_free", (const void*)mp_self_free, (const void*)watching_free},
+      {"_ZdlPv", (const void*)mp_self_free, (const void*)watching_free},
+      {"_ZdaPv", (const void*)mp_self_free, (const void*)watching_free},
+      {"_ZdlPvm", (const void*)mp_self_delete_sized, (const void*)watching_free},
+      {"_ZdaPvm", (const void*)mp_self_delete_array_sized, (const void*)watching_free},
+      {"calloc", (const void*)mp_self_calloc, (const void*)watching_calloc},
+      {"__libc_calloc", (const void*)mp_self_calloc, (const void*)watching_calloc},
+      {"realloc", (const void*)mp_self_realloc, (const void*)watching_realloc},
+      {"__libc_realloc", (const void*)mp_self_realloc, (const void*)watching_realloc},
+      {"_Znwm", (const void*)mp_self_new, (const void*)watching_new},
+      {"_Znam", (const void*)mp_self_new_array, (const void*)watching_new},
+      {"_ZnwmRKSt9nothrow_t", (const void*)mp_self_new_nothrow, (const void*)watching_new_nothrow},
+      {"_ZnamRKSt9nothrow_t", (const void*)mp_self_new_array_nothrow, (const void*)watching_new_nothrow},
+  };
+  _Static_assert(sizeof(names) / sizeof(*names) <= MP_DIRECT_MAX, "MP_DIRECT_MAX");
+  *count = sizeof(names) / sizeof(*names);
+  return names;
+}
 
 /* ---- pthread_mutex_unlock: how libuv's thread pool is watched (pool.c) -------------------- */
 /* One or two compares in front of glibc's: the slow path only for the pool's mutex (when

@@ -163,6 +163,7 @@ void mp_options_init(void) {
   o->interval = MI_PROF_DEFAULT_INTERVAL;
   o->bt_max = MI_PROF_DEFAULT_BT_MAX;
   o->arena_bytes = (size_t)8 << 30;
+  o->direct = true;
   bool rate_set = false, path_set = false, ignored = false;
   size_t rate = MI_PROF_DEFAULT_INTERVAL;
 
@@ -180,6 +181,7 @@ void mp_options_init(void) {
       {"MEMORY_EVENTS", K_BOOL, &o->memory_events, &ignored},
       {"PROF_VERBOSE", K_BOOL, &o->verbose, &ignored},
       {"PROF_ARENA_SIZE", K_SIZE, &o->arena_bytes, &ignored},
+      {"PROF_DIRECT", K_BOOL, &o->direct, &ignored},
   };
   for (size_t i = 0; i < sizeof(table) / sizeof(*table); i++) {
     const char* s = find_env(table[i].name);

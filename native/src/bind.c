@@ -1,0 +1,168 @@
+/* Direct binding: while profiling, the program's PLT slots for the hot allocation names point
+ * straight at the watching entry points, which saves the dispatch jump of the exported names
+ * (interpose.c) on every call. Stopped, the slots are given back their exported targets, so an
+ * armed-but-stopped library stays one indirect jump.
+ *
+ * Invariants:
+ *  - a slot is rewritten only from a value that already means this library: the exported
+ *    function (the dynamic linker bound it so), or, for the executable alone, its own lazy PLT
+ *    stub when the global lookup of the name gives this library's function (the binding the
+ *    stub would make). Any other value (another allocator, a DEEPBIND or dlmopen'd object's
+ *    own malloc, an earlier preload) is left alone. Unbinding rewrites only the watching
+ *    values back. So a slot only ever holds one of two equivalent functions, and a caller that
+ *    read it before a rewrite calls either: the watching versions are correct while stopped
+ *    (their slow paths find the profiler off) and the exported ones while profiling;
+ *  - only JUMP_SLOT relocations are touched. A GLOB_DAT slot is also the value of `&malloc` in
+ *    its object, whose identity must not change;
+ *  - the objects are walked anew under dl_iterate_phdr's lock on every switch, never from a
+ *    list kept across calls: an object unloaded by dlclose is never written to;
+ *  - a slot in a RELRO page is written between two mprotect calls (read-write, then read-only
+ *    again, as the dynamic linker left it); if mprotect fails the slot keeps its value;
+ *  - callers hold mp_api_lock, or run in the load constructor: switches never overlap. Never
+ *    from a signal handler (dl_iterate_phdr takes the loader's lock).
+ * Objects loaded or lazily bound after a switch keep the exported targets until the next one:
+ * slower by the dispatch jump, never wrong. MIMALLOC_PROF_DIRECT=0 turns the whole of it off. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <elf.h>
+#include <link.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#if defined(__x86_64__)
+#define MP_JUMP_SLOT R_X86_64_JUMP_SLOT
+#elif defined(__aarch64__)
+#define MP_JUMP_SLOT R_AARCH64_JUMP_SLOT
+#endif
+
+#if defined(MP_JUMP_SLOT) && defined(__GLIBC__) && !defined(MP_SANITIZE) && UINTPTR_MAX > 0xffffffffu
+
+typedef struct bind_walk_s {
+  const mp_direct_t* names;
+  size_t count;
+  const void* const* global; /* dlsym(RTLD_DEFAULT, name) of each name, looked up beforehand */
+  bool watching;
+  uintptr_t self; /* this library's load address: its own slots are left alone */
+  size_t rewritten;
+} bind_walk_t;
+
+static ptrdiff_t find_name(const bind_walk_t* w, const char* name) {
+  for (size_t i = 0; i < w->count; i++)
+    if (strcmp(w->names[i].name, name) == 0) return (ptrdiff_t)i;
+  return -1;
+}
+
+/* A dynamic entry's address: glibc relocates most of them in place, other loaders do not. */
+static uintptr_t dyn_ptr(ElfW(Addr) value, uintptr_t base) {
+  return value < base ? (uintptr_t)value + base : (uintptr_t)value;
+}
+
+static bool in_segments(const struct dl_phdr_info* info, uintptr_t a) {
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr)* ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD) continue;
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+    if (a >= lo && a - lo < ph->p_memsz) return true;
+  }
+  return false;
+}
+
+static bool write_slot(uintptr_t* slot, uintptr_t value, uintptr_t relro_lo, uintptr_t relro_hi) {
+  bool protect = (uintptr_t)slot >= relro_lo && (uintptr_t)slot < relro_hi;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  void* at = (void*)((uintptr_t)slot & ~(uintptr_t)(page - 1));
+  if (protect && mprotect(at, page, PROT_READ | PROT_WRITE) != 0) return false;
+  __atomic_store_n(slot, value, __ATOMIC_RELAXED);
+  if (protect) mprotect(at, page, PROT_READ);
+  return true;
+}
+
+static int bind_object(struct dl_phdr_info* info, size_t size, void* arg) {
+  (void)size;
+  bind_walk_t* w = arg;
+  uintptr_t base = info->dlpi_addr;
+  const ElfW(Dyn)* dyn = NULL;
+  uintptr_t relro_lo = 0, relro_hi = 0;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr)* ph = &info->dlpi_phdr[i];
+    if (ph->p_type == PT_DYNAMIC) dyn = (const ElfW(Dyn)*)(base + ph->p_vaddr);
+    if (ph->p_type == PT_GNU_RELRO) { /* the loader protects whole pages only */
+      relro_lo = (base + ph->p_vaddr) & ~(uintptr_t)(page - 1);
+      relro_hi = (base + ph->p_vaddr + ph->p_memsz) & ~(uintptr_t)(page - 1);
+    }
+  }
+  if (dyn == NULL || in_segments(info, w->self)) return 0;
+  /* The first object dl_iterate_phdr reports is the executable (empty name). */
+  bool executable = info->dlpi_name == NULL || info->dlpi_name[0] == 0;
+  if (!executable && strstr(info->dlpi_name, "linux-vdso") != NULL) return 0;
+  uintptr_t jmprel = 0, strtab = 0, symtab = 0;
+  size_t pltrelsz = 0;
+  ElfW(Sxword) pltrel = 0;
+  for (const ElfW(Dyn)* d = dyn; d->d_tag != DT_NULL; d++) {
+    switch (d->d_tag) {
+      case DT_JMPREL: jmprel = dyn_ptr(d->d_un.d_ptr, base); break;
+      case DT_PLTRELSZ: pltrelsz = d->d_un.d_val; break;
+      case DT_PLTREL: pltrel = (ElfW(Sxword))d->d_un.d_val; break;
+      case DT_STRTAB: strtab = dyn_ptr(d->d_un.d_ptr, base); break;
+      case DT_SYMTAB: symtab = dyn_ptr(d->d_un.d_ptr, base); break;
+      default: break;
+    }
+  }
+  if (jmprel == 0 || strtab == 0 || symtab == 0 || pltrel != DT_RELA) return 0;
+  const ElfW(Rela)* rel = (const ElfW(Rela)*)jmprel;
+  const ElfW(Sym)* syms = (const ElfW(Sym)*)symtab;
+  for (size_t i = 0; i < pltrelsz / sizeof(*rel); i++) {
+    if (ELF64_R_TYPE(rel[i].r_info) != MP_JUMP_SLOT) continue;
+    const ElfW(Sym)* sym = &syms[ELF64_R_SYM(rel[i].r_info)];
+    ptrdiff_t k = find_name(w, (const char*)(strtab + sym->st_name));
+    if (k < 0) continue;
+    const mp_direct_t* n = &w->names[k];
+    uintptr_t* slot = (uintptr_t*)(base + rel[i].r_offset);
+    uintptr_t now = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    uintptr_t from = (uintptr_t)(w->watching ? n->exported : n->watching);
+    uintptr_t to = (uintptr_t)(w->watching ? n->watching : n->exported);
+    bool ours = now == from;
+    if (!ours && w->watching && executable && in_segments(info, now)) /* a lazy stub */
+      ours = w->global[k] == n->exported;
+    if (ours && write_slot(slot, to, relro_lo, relro_hi)) {
+      mp_assert(__atomic_load_n(slot, __ATOMIC_RELAXED) == to);
+      w->rewritten++;
+    }
+  }
+  return 0;
+}
+
+size_t mp_bind_direct(const mp_direct_t* names, size_t count, bool watching) {
+  if (!mp_env.direct) return 0;
+  int saved = errno;
+  Dl_info self;
+  const void* global[MP_DIRECT_MAX];
+  size_t rewritten = 0;
+  mp_assert(count <= MP_DIRECT_MAX);
+  /* Looked up before the walk: dlsym takes the loader's load lock, and inside
+   * dl_iterate_phdr (its write lock held) that is the reverse of dlopen's order. */
+  for (size_t i = 0; i < count && watching; i++) global[i] = dlsym(RTLD_DEFAULT, names[i].name);
+  if (count <= MP_DIRECT_MAX && dladdr((void*)mp_bind_direct, &self) != 0) {
+    bind_walk_t w = {names, count, global, watching, (uintptr_t)self.dli_fbase, 0};
+    dl_iterate_phdr(bind_object, &w);
+    rewritten = w.rewritten;
+  }
+  errno = saved;
+  return rewritten;
+}
+
+#else
+
+size_t mp_bind_direct(const mp_direct_t* names, size_t count, bool watching) {
+  (void)names;
+  (void)count;
+  (void)watching;
+  return 0;
+}
+
+#endif
