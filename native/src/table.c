@@ -28,9 +28,10 @@
 
 #include "internal.h"
 
-#define SHARDS 16u
+#define SHARDS 16u  /* bucket shards */
+#define RSHARDS 64u /* record shards (RSHARDS + SHARDS locks are held at once at a fork) */
 #define BUCKET_INDEX0 1024u
-#define RECORD_CAP0 1024u
+#define RECORD_CAP0 256u /* one page of slots: RSHARDS of them are made */
 
 typedef struct bucket_shard_s {
   mp_lock_t lock;
@@ -52,13 +53,21 @@ typedef struct record_shard_s {
   record_t* slots;     /* open addressing, linear probing, backward-shift deletion */
   size_t cap;
   size_t count;
+  /* This shard's change to the estimate of bytes in use not yet added to est_live; written
+   * under the lock, |pending| < EST_FLUSH between critical sections; read by peak_copy. */
+  _Atomic int64_t pending;
   char pad[64];
 } record_shard_t;
 
-/* The running estimate of bytes in use, and the peak's (bytes, CLOCK_REALTIME ns, the estimate
- * that triggers the next copy, copies taken). Relaxed: a copy may start a sample late. */
-static _Atomic int64_t est_live;
-static _Atomic int64_t peak_bytes;
+/* The running estimate of bytes in use is est_live plus every shard's pending part: a shard
+ * adds its part when it reaches EST_FLUSH, so threads that sample at a high rate do not all
+ * write one cache line. est_live then lags the estimate by less than RSHARDS * EST_FLUSH
+ * (1 MiB, PEAK_MIN_STEP), and a peak is noticed at most that late. */
+#define EST_FLUSH ((int64_t)16 << 10)
+/* est_live and the peak's (bytes, CLOCK_REALTIME ns, the estimate that triggers the next copy,
+ * copies taken). Relaxed: a copy may start a sample late. est_live has a line of its own. */
+static _Alignas(64) _Atomic int64_t est_live;
+static _Alignas(64) _Atomic int64_t peak_bytes;
 static _Atomic uint64_t peak_ns;
 static _Atomic int64_t peak_next = (int64_t)1 << 20;
 static atomic_ullong peak_copies;
@@ -66,12 +75,13 @@ static atomic_bool peak_busy;
 #define PEAK_MIN_STEP ((int64_t)1 << 20)
 
 static bucket_shard_t bshards[SHARDS] = {[0 ... SHARDS - 1] = {.lock = MP_LOCK_INIT(MP_LEVEL_BUCKETS)}};
-static record_shard_t rshards[SHARDS] = {[0 ... SHARDS - 1] = {.lock = MP_LOCK_INIT(MP_LEVEL_RECORDS)}};
+static record_shard_t rshards[RSHARDS] = {[0 ... RSHARDS - 1] = {.lock = MP_LOCK_INIT(MP_LEVEL_RECORDS)}};
 
-/* A bucket's shard takes the top bits of its hash and its chain slot the low bits, so that
- * within a shard every slot of the index is used (the same low bits for both would leave
- * 1/SHARDS of the slots in use and chains SHARDS times longer). */
-static inline unsigned bucket_shard_of(uint64_t h) { return (unsigned)(h >> 60) % SHARDS; }
+/* A bucket's shard is its thread's (buckets are per thread): threads that sample at a high
+ * rate then each take their own shard's lock, not one line that every thread writes. Thread
+ * ids are mostly consecutive, so up to SHARDS threads rarely share one. Within the shard the
+ * chain slot takes the hash's low bits. */
+static inline unsigned bucket_shard_of(int32_t tid) { return (uint32_t)tid % SHARDS; }
 
 double mp_weight(double size, double interval) {
   if (interval <= 1.0 || size <= 0.0) return 1.0;
@@ -182,7 +192,11 @@ static bool record_grow(record_shard_t* s) {
   return true;
 }
 
-static record_shard_t* record_shard(uintptr_t addr) { return &rshards[(mix(addr) >> 40) % SHARDS]; }
+/* A record's shard comes from its block's 64 KiB slice of the arena, not the block itself:
+ * both mimalloc majors give a slice to one thread's heap at a time, so threads sampling at a
+ * high rate mostly lock shards no other thread is using, where a hash of the address would
+ * send every thread to every shard's line. */
+static record_shard_t* record_shard(uintptr_t addr) { return &rshards[(mix(addr >> 16) >> 40) % RSHARDS]; }
 
 /* Under the shard lock: index of addr's slot, or cap if absent. */
 static size_t record_find(record_shard_t* s, uintptr_t addr) {
@@ -211,7 +225,7 @@ static void record_delete(record_shard_t* s, size_t j) {
 
 /* A record of b is gone (or an add failed): b may retire, and is not touched after that. */
 static void bucket_release_live(mp_bucket_t* b) {
-  bucket_shard_t* bs = &bshards[bucket_shard_of(b->hash)];
+  bucket_shard_t* bs = &bshards[bucket_shard_of(b->tid)];
   mp_lock(&bs->lock);
   mp_assert(b->live > 0); /* a record or an add under way holds it */
   if (b->live > 0 && --b->live == 0 && !bucket_shows(b)) {
@@ -226,6 +240,21 @@ static void bucket_release_live(mp_bucket_t* b) {
 /* A live sample's share of the estimate of bytes in use: size · w, in whole bytes. */
 static int64_t estimate_of(size_t size) {
   return (int64_t)((double)size * mp_weight((double)size, (double)mp_state.interval) + 0.5);
+}
+
+/* Under rs->lock: adds delta to the shard's pending part; returns what to add to est_live
+ * once the lock is released (0 while the part stays under EST_FLUSH). */
+static int64_t est_change(record_shard_t* rs, int64_t delta) {
+  int64_t pending = atomic_load_explicit(&rs->pending, memory_order_relaxed) + delta;
+  bool flush = pending >= EST_FLUSH || pending <= -EST_FLUSH;
+  atomic_store_explicit(&rs->pending, flush ? 0 : pending, memory_order_relaxed);
+  return flush ? pending : 0;
+}
+
+static int64_t est_pending(void) {
+  int64_t sum = 0;
+  for (unsigned i = 0; i < RSHARDS; i++) sum += atomic_load_explicit(&rshards[i].pending, memory_order_relaxed);
+  return sum;
 }
 
 /* The estimate reached `now` (≥ peak_next): every bucket's live count becomes its peak, on one
@@ -251,7 +280,7 @@ static void peak_copy(int64_t now, unsigned generation) {
         }
       }
     }
-    int64_t estimate = atomic_load_explicit(&est_live, memory_order_relaxed);
+    int64_t estimate = atomic_load_explicit(&est_live, memory_order_relaxed) + est_pending();
     if (estimate < now) estimate = now;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -274,7 +303,7 @@ void mp_table_peak(mp_peak_t* peak) {
 bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned depth, int32_t tid,
                   void (*thread_name)(char out[16])) {
   uint64_t h = hash_stack(size, frames, depth, tid);
-  bucket_shard_t* bs = &bshards[bucket_shard_of(h)];
+  bucket_shard_t* bs = &bshards[bucket_shard_of(tid)];
   mp_lock(&bs->lock);
   unsigned generation = atomic_load(&mp_state.generation);
   if (!atomic_load_explicit(&mp_state.running, memory_order_acquire)) { /* raced with stop */
@@ -310,9 +339,10 @@ bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned de
     return true;
   }
   bool ok = true;
+  int64_t flush = 0;
   size_t j = record_find(rs, p);
   if (j < rs->cap) { /* a record whose free was never seen (freed behind our back) */
-    atomic_fetch_sub_explicit(&est_live, estimate_of(rs->slots[j].bucket->size), memory_order_relaxed);
+    flush = est_change(rs, -estimate_of(rs->slots[j].bucket->size));
     bucket_release_live(rs->slots[j].bucket);
     rs->slots[j].bucket = b;
   } else if ((rs->count + 1) * 2 > rs->cap && !record_grow(rs)) {
@@ -325,10 +355,11 @@ bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned de
     rs->slots[j].bucket = b;
     rs->count++;
   }
+  if (ok) flush += est_change(rs, estimate_of(size));
   mp_unlock(&rs->lock);
-  if (ok) {
-    int64_t now = atomic_fetch_add_explicit(&est_live, estimate_of(size), memory_order_relaxed) + estimate_of(size);
-    if (now >= atomic_load_explicit(&peak_next, memory_order_relaxed)) peak_copy(now, generation);
+  if (flush != 0) {
+    int64_t now = atomic_fetch_add_explicit(&est_live, flush, memory_order_relaxed) + flush;
+    if (flush > 0 && now >= atomic_load_explicit(&peak_next, memory_order_relaxed)) peak_copy(now, generation);
   }
   return ok;
 }
@@ -336,28 +367,31 @@ bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned de
 size_t mp_table_remove(uintptr_t p) {
   record_shard_t* rs = record_shard(p);
   size_t size = 0;
+  int64_t flush = 0;
   mp_lock(&rs->lock);
   size_t j = record_find(rs, p);
   if (j < rs->cap) {
     mp_bucket_t* b = rs->slots[j].bucket;
     record_delete(rs, j);
     size = b->size;
-    atomic_fetch_sub_explicit(&est_live, estimate_of(size), memory_order_relaxed);
+    flush = est_change(rs, -estimate_of(size));
     bucket_release_live(b);
   }
   mp_unlock(&rs->lock);
+  if (flush != 0) atomic_fetch_add_explicit(&est_live, flush, memory_order_relaxed);
   return size;
 }
 
 /* ---- whole-table operations ----------------------------------------------------------------- */
 /* Records first, then buckets: once no record is left, nothing can reach a bucket. */
 void mp_table_clear(void) {
-  for (unsigned i = 0; i < SHARDS; i++) {
+  for (unsigned i = 0; i < RSHARDS; i++) {
     record_shard_t* rs = &rshards[i];
     mp_lock(&rs->lock);
     mp_os_free(rs->slots, rs->cap * sizeof(record_t));
     rs->slots = NULL;
     rs->cap = rs->count = 0;
+    atomic_store_explicit(&rs->pending, 0, memory_order_relaxed);
     mp_unlock(&rs->lock);
   }
   for (unsigned i = 0; i < SHARDS; i++) {
@@ -400,20 +434,18 @@ void mp_table_reset_accum(void) {
 }
 
 void mp_table_lock_all(void) {
-  for (unsigned i = 0; i < SHARDS; i++) mp_lock(&rshards[i].lock);
+  for (unsigned i = 0; i < RSHARDS; i++) mp_lock(&rshards[i].lock);
   for (unsigned i = 0; i < SHARDS; i++) mp_lock(&bshards[i].lock);
 }
 
 void mp_table_unlock_all(void) {
   for (unsigned i = SHARDS; i-- > 0;) mp_unlock(&bshards[i].lock);
-  for (unsigned i = SHARDS; i-- > 0;) mp_unlock(&rshards[i].lock);
+  for (unsigned i = RSHARDS; i-- > 0;) mp_unlock(&rshards[i].lock);
 }
 
 void mp_table_child_reinit(void) {
-  for (unsigned i = 0; i < SHARDS; i++) {
-    mp_lock_reset(&bshards[i].lock);
-    mp_lock_reset(&rshards[i].lock);
-  }
+  for (unsigned i = 0; i < SHARDS; i++) mp_lock_reset(&bshards[i].lock);
+  for (unsigned i = 0; i < RSHARDS; i++) mp_lock_reset(&rshards[i].lock);
 }
 
 #if MP_DEBUG_ON
@@ -421,7 +453,7 @@ void mp_table_child_reinit(void) {
  * into the arena at a linked bucket, and a bucket's `live` is at least the number of
  * records that point at it (the rest are adds under way, between their two sections). */
 static bool bucket_linked(const mp_bucket_t* b) {
-  const bucket_shard_t* bs = &bshards[bucket_shard_of(b->hash)];
+  const bucket_shard_t* bs = &bshards[bucket_shard_of(b->tid)];
   for (const mp_bucket_t* c = bs->index[b->hash & (bs->index_cap - 1)]; c != NULL; c = c->next)
     if (c == b) return true;
   return false;
@@ -436,13 +468,13 @@ void mp_table_check(void) {
     size_t count = 0;
     for (size_t k = 0; k < bs->index_cap; k++)
       for (mp_bucket_t* b = bs->index[k]; b != NULL; b = b->next) {
-        mp_assert(bucket_shard_of(b->hash) == i && (b->hash & (bs->index_cap - 1)) == k);
+        mp_assert(bucket_shard_of(b->tid) == i && (b->hash & (bs->index_cap - 1)) == k);
         b->refs = 0;
         count++;
       }
     mp_assert(count == bs->count);
   }
-  for (unsigned i = 0; i < SHARDS; i++) {
+  for (unsigned i = 0; i < RSHARDS; i++) {
     record_shard_t* rs = &rshards[i];
     size_t count = 0;
     for (size_t j = 0; j < rs->cap; j++) {

@@ -15,7 +15,7 @@
  * taking every lock in the prepare handler (process.c). debug.h states the discipline that
  * debug builds check here. */
 #if MP_DEBUG_ON
-#define MP_MAX_HELD 64
+#define MP_MAX_HELD 96
 static __thread struct {
   unsigned depth;
   const mp_lock_t* held[MP_MAX_HELD];
