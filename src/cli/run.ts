@@ -235,12 +235,19 @@ export function reportPath(file: string): string {
   return `${file.replace(/\.(pb\.gz|pb|pprof|heap|txt)$/i, '')}.html`;
 }
 
-/** The program's executable (the profile's first mapping) when none of its frames got a name. */
-function strippedExecutable(profile: Profile): string | undefined {
-  const exe = profile.mapping[0];
-  if (!exe || exe.hasFunctions) return undefined;
-  const file = profile.stringTable.strings[Number(exe.filename)] ?? '';
-  return file.startsWith('/') ? basename(file) : undefined;
+/** The program's executable (the profile's first mapping's file) when none of its frames got
+ * a name. The file maps as several segments (node's first executable one is 8 KiB of stubs
+ * with no frames in it), so every mapping of that file counts, and only one that frames fall
+ * in says anything: a file with named frames, or no frames at all, is not reported. */
+export function strippedExecutable(profile: Profile): string | undefined {
+  const first = profile.mapping[0];
+  if (!first) return undefined;
+  const file = profile.stringTable.strings[Number(first.filename)] ?? '';
+  if (!file.startsWith('/')) return undefined;
+  const ofFile = new Set(profile.mapping.filter((m) => Number(m.filename) === Number(first.filename)).map((m) => Number(m.id)));
+  if (profile.mapping.some((m) => ofFile.has(Number(m.id)) && m.hasFunctions)) return undefined;
+  const framesIn = profile.location.some((l) => ofFile.has(Number(l.mappingId)));
+  return framesIn ? basename(file) : undefined;
 }
 
 /** One line per process: pid, parent, peak RSS, in use at exit, command line. */
