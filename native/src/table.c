@@ -20,7 +20,9 @@
  * records). When it passes the last peak by a step (1/32 of it, at least 1 MiB), one sample
  * path copies every bucket's `live` into its `peak`, under all bucket locks: the number of
  * copies is logarithmic in the peak (about 32 · ln(peak / 1 MiB)), and the peak profile is
- * within a step of the true high-water mark of the estimate. A bucket whose `peak` is not 0
+ * within a step, and the running estimate's lag (below), of the true high-water mark of the
+ * estimate. The peak's bytes are summed from the copied counts, so the figure and the
+ * profile of the peak always agree. A bucket whose `peak` is not 0
  * still shows (it is kept from retiring) until a later copy clears it. */
 #include <math.h>
 #include <string.h>
@@ -53,16 +55,19 @@ typedef struct record_shard_s {
   record_t* slots;     /* open addressing, linear probing, backward-shift deletion */
   size_t cap;
   size_t count;
-  /* This shard's change to the estimate of bytes in use not yet added to est_live; written
-   * under the lock, |pending| < EST_FLUSH between critical sections; read by peak_copy. */
-  _Atomic int64_t pending;
+  /* This shard's change to the estimate of bytes in use not yet added to est_live; read and
+   * written under the lock only; |pending| < EST_FLUSH between critical sections. */
+  int64_t pending;
   char pad[64];
 } record_shard_t;
 
-/* The running estimate of bytes in use is est_live plus every shard's pending part: a shard
- * adds its part when it reaches EST_FLUSH, so threads that sample at a high rate do not all
- * write one cache line. est_live then lags the estimate by less than RSHARDS * EST_FLUSH
- * (1 MiB, PEAK_MIN_STEP), and a peak is noticed at most that late. */
+/* The running estimate of bytes in use (Σ size · w over live records) is est_live plus every
+ * shard's pending part: a shard adds its part to est_live, under its own lock, once the part
+ * reaches ±EST_FLUSH, so threads that sample at a high rate (intervals under EST_FLUSH: at
+ * larger ones every change is at least one interval and is added at once) do not all write
+ * one cache line. Outside the shard locks est_live is then within RSHARDS * EST_FLUSH (1 MiB,
+ * PEAK_MIN_STEP) of the estimate either way, and a peak is noticed at most that early or
+ * late. Adding under the lock keeps every change inside what a clear or a fork sees. */
 #define EST_FLUSH ((int64_t)16 << 10)
 /* est_live and the peak's (bytes, CLOCK_REALTIME ns, the estimate that triggers the next copy,
  * copies taken). Relaxed: a copy may start a sample late. est_live has a line of its own. */
@@ -243,27 +248,29 @@ static int64_t estimate_of(size_t size) {
 }
 
 /* Under rs->lock: adds delta to the shard's pending part; returns what to add to est_live
- * once the lock is released (0 while the part stays under EST_FLUSH). */
+ * (0 while the part stays under EST_FLUSH). */
 static int64_t est_change(record_shard_t* rs, int64_t delta) {
-  int64_t pending = atomic_load_explicit(&rs->pending, memory_order_relaxed) + delta;
+  int64_t pending = rs->pending + delta;
   bool flush = pending >= EST_FLUSH || pending <= -EST_FLUSH;
-  atomic_store_explicit(&rs->pending, flush ? 0 : pending, memory_order_relaxed);
+  rs->pending = flush ? 0 : pending;
+  mp_assert(rs->pending < EST_FLUSH && rs->pending > -EST_FLUSH);
   return flush ? pending : 0;
 }
 
-static int64_t est_pending(void) {
-  int64_t sum = 0;
-  for (unsigned i = 0; i < RSHARDS; i++) sum += atomic_load_explicit(&rshards[i].pending, memory_order_relaxed);
-  return sum;
+/* Under rs->lock: the estimate's change reaches est_live; returns est_live after it. */
+static int64_t est_flush(int64_t flush) {
+  return atomic_fetch_add_explicit(&est_live, flush, memory_order_relaxed) + flush;
 }
 
-/* The estimate reached `now` (≥ peak_next): every bucket's live count becomes its peak, on one
- * thread at a time (others go on: the next sample past the mark tries again). Buckets whose
- * peak was all that kept them retire. No other table lock is held here. */
-static void peak_copy(int64_t now, unsigned generation) {
+/* est_live reached peak_next: every bucket's live count becomes its peak, on one thread at a
+ * time (others go on: the next sample past the mark tries again). Buckets whose peak was all
+ * that kept them retire. The peak's bytes are those of the copied counts. No other table lock
+ * is held here. */
+static void peak_copy(unsigned generation) {
   if (atomic_exchange_explicit(&peak_busy, true, memory_order_acquire)) return;
   for (unsigned i = 0; i < SHARDS; i++) mp_lock(&bshards[i].lock);
   if (atomic_load(&mp_state.running) && atomic_load(&mp_state.generation) == generation) {
+    int64_t estimate = 0;
     for (unsigned i = 0; i < SHARDS; i++) {
       bucket_shard_t* bs = &bshards[i];
       for (size_t k = 0; k < bs->index_cap; k++) {
@@ -271,6 +278,7 @@ static void peak_copy(int64_t now, unsigned generation) {
         while (*link != NULL) {
           mp_bucket_t* b = *link;
           b->peak = b->live;
+          estimate += (int64_t)b->live * estimate_of(b->size);
           if (!bucket_shows(b)) {
             *link = b->next;
             bucket_retire(bs, b);
@@ -280,8 +288,6 @@ static void peak_copy(int64_t now, unsigned generation) {
         }
       }
     }
-    int64_t estimate = atomic_load_explicit(&est_live, memory_order_relaxed) + est_pending();
-    if (estimate < now) estimate = now;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     atomic_store(&peak_bytes, estimate);
@@ -356,11 +362,10 @@ bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned de
     rs->count++;
   }
   if (ok) flush += est_change(rs, estimate_of(size));
+  bool peaked = flush > 0 && est_flush(flush) >= atomic_load_explicit(&peak_next, memory_order_relaxed);
+  if (flush < 0) (void)est_flush(flush);
   mp_unlock(&rs->lock);
-  if (flush != 0) {
-    int64_t now = atomic_fetch_add_explicit(&est_live, flush, memory_order_relaxed) + flush;
-    if (flush > 0 && now >= atomic_load_explicit(&peak_next, memory_order_relaxed)) peak_copy(now, generation);
-  }
+  if (peaked) peak_copy(generation);
   return ok;
 }
 
@@ -375,10 +380,10 @@ size_t mp_table_remove(uintptr_t p) {
     record_delete(rs, j);
     size = b->size;
     flush = est_change(rs, -estimate_of(size));
+    if (flush != 0) (void)est_flush(flush);
     bucket_release_live(b);
   }
   mp_unlock(&rs->lock);
-  if (flush != 0) atomic_fetch_add_explicit(&est_live, flush, memory_order_relaxed);
   return size;
 }
 
@@ -391,7 +396,7 @@ void mp_table_clear(void) {
     mp_os_free(rs->slots, rs->cap * sizeof(record_t));
     rs->slots = NULL;
     rs->cap = rs->count = 0;
-    atomic_store_explicit(&rs->pending, 0, memory_order_relaxed);
+    rs->pending = 0;
     mp_unlock(&rs->lock);
   }
   for (unsigned i = 0; i < SHARDS; i++) {
@@ -444,6 +449,9 @@ void mp_table_unlock_all(void) {
 }
 
 void mp_table_child_reinit(void) {
+  /* A fork inside a copy's flag window (set before the bucket locks, cleared after them)
+   * would otherwise leave the child without peak copies for good. */
+  atomic_store(&peak_busy, false);
   for (unsigned i = 0; i < SHARDS; i++) mp_lock_reset(&bshards[i].lock);
   for (unsigned i = 0; i < RSHARDS; i++) mp_lock_reset(&rshards[i].lock);
 }
