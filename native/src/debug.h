@@ -7,9 +7,9 @@
  * Lock discipline, checked per thread in debug builds:
  *  - a profiler lock is taken only with mp_tls.in_profiler set (so that a signal handler or
  *    an allocation underneath never re-enters the profiler on a thread that holds a lock);
- *  - locks nest by strictly increasing level (equal levels only in the fork handler's
- *    take-everything, which takes each shard family in index order), and are released
- *    last-in, first-out. */
+ *  - locks nest by increasing level; locks of one level nest only by increasing address (a
+ *    shard family taken whole in index order: the fork handler's take-everything, the peak
+ *    copy's bucket shards, the debug table check), and are released last-in, first-out. */
 #ifndef MP_DEBUG_H
 #define MP_DEBUG_H
 
