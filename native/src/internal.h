@@ -87,6 +87,7 @@ typedef struct mp_options_s {
   bool verbose;           /* MIMALLOC_PROF_VERBOSE */
   size_t arena_bytes;     /* MIMALLOC_PROF_ARENA_SIZE: virtual reserve for sampled blocks */
   bool direct;            /* MIMALLOC_PROF_DIRECT: PLT slots bound to the watching entry points (bind.c) */
+  bool perf_map;          /* MIMALLOC_PROF_PERF_MAP: buckets keep V8's perf map size (jitmap.c) */
 #define MP_ARENA_MIN ((size_t)64 << 20) /* below, mimalloc may not carve one arena page */
 } mp_options_t;
 
@@ -337,6 +338,7 @@ typedef struct mp_bucket_s {
   uint32_t depth;
   int32_t tid;              /* the allocating thread (kernel id) */
   char thread[16];          /* its name when the bucket was made (NUL-padded) */
+  uint64_t jit_map_bytes;   /* V8's perf map size when the bucket was made, 0 unknown (jitmap.c) */
 #if MP_DEBUG_ON
   uint64_t refs;            /* mp_table_check's count of records */
 #endif
@@ -348,6 +350,10 @@ void mp_table_init(void);
 /* `thread_name` is asked only when a bucket is made, outside the table's locks. */
 bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned depth, int32_t tid,
                   void (*thread_name)(char out[16]));
+/* jitmap.c: the size of V8's perf map now (0: unknown, or MIMALLOC_PROF_PERF_MAP unset); any
+ * thread, inside the profiler, no lock held. */
+uint64_t mp_jit_map_bytes(void);
+void mp_jit_child_reinit(void);
 /* Removes the record of p if there is one; returns its requested size, or 0. */
 size_t mp_table_remove(uintptr_t p);
 void mp_table_clear(void);        /* stop: drop everything */
@@ -382,6 +388,7 @@ typedef struct mp_row_s {
   uint32_t first;   /* index of the leaf frame in mp_snapshot_t.frames */
   int32_t tid;
   char thread[16];
+  uint64_t jit_map_bytes;
 } mp_row_t;
 
 typedef struct mp_snapshot_s {

@@ -182,6 +182,7 @@ void mp_options_init(void) {
       {"PROF_VERBOSE", K_BOOL, &o->verbose, &ignored},
       {"PROF_ARENA_SIZE", K_SIZE, &o->arena_bytes, &ignored},
       {"PROF_DIRECT", K_BOOL, &o->direct, &ignored},
+      {"PROF_PERF_MAP", K_BOOL, &o->perf_map, &ignored},
   };
   for (size_t i = 0; i < sizeof(table) / sizeof(*table); i++) {
     const char* s = find_env(table[i].name);

@@ -30,10 +30,11 @@
 /* Fixed string-table indexes; mapping strings follow MP_STR_FIXED (+1 with events). */
 enum {
   MP_STR_EMPTY = 0, MP_STR_ALLOC_OBJECTS, MP_STR_COUNT, MP_STR_ALLOC_SPACE, MP_STR_BYTES,
-  MP_STR_INUSE_OBJECTS, MP_STR_INUSE_SPACE, MP_STR_SPACE, MP_STR_THREAD, MP_STR_TID, MP_STR_COMMENT, MP_STR_FIXED
+  MP_STR_INUSE_OBJECTS, MP_STR_INUSE_SPACE, MP_STR_SPACE, MP_STR_THREAD, MP_STR_TID, MP_STR_JIT_MAP, MP_STR_COMMENT, MP_STR_FIXED
 };
 static const char* const mp_fixed_strings[MP_STR_COMMENT] = {
-  "", "alloc_objects", "count", "alloc_space", "bytes", "inuse_objects", "inuse_space", "space", "thread", "tid"
+  "", "alloc_objects", "count", "alloc_space", "bytes", "inuse_objects", "inuse_space", "space", "thread", "tid",
+  "jit_map_bytes"
 };
 
 #define MP_THREAD_NAMES_MAX 256 /* distinct thread names labelled; more share the last */
@@ -376,9 +377,14 @@ void mp_write_proto(mp_out_t* out, const mp_snapshot_t* snap) {
     uint8_t vtmp[48];
     pb_buf_t vb = { vtmp, 0 };
     for (int i = 0; i < 4; i++) pb_varint(&vb, (uint64_t)vals[i]); /* negatives: 10 bytes */
-    /* labels: bytes = the sample size; thread = the thread's name; tid = its kernel id */
-    uint8_t ltmp[40], ttmp[40], itmp[40];
-    pb_buf_t lb = { ltmp, 0 }, tb = { ttmp, 0 }, ib = { itmp, 0 };
+    /* labels: bytes = the sample size; thread = the thread's name; tid = its kernel id;
+     * jit_map_bytes = V8's perf map size when the stack was taken (jitmap.c), when known */
+    uint8_t ltmp[40], ttmp[40], itmp[40], jtmp[40];
+    pb_buf_t lb = { ltmp, 0 }, tb = { ttmp, 0 }, ib = { itmp, 0 }, jb = { jtmp, 0 };
+    if (row->jit_map_bytes != 0) {
+      pb_uint(&jb, 1, MP_STR_JIT_MAP);
+      pb_uint(&jb, 3, row->jit_map_bytes);
+    }
     pb_uint(&lb, 1, MP_STR_BYTES);
     pb_uint(&lb, 3, row->size);
     pb_uint(&lb, 4, MP_STR_BYTES);
@@ -387,7 +393,8 @@ void mp_write_proto(mp_out_t* out, const mp_snapshot_t* snap) {
     pb_uint(&ib, 1, MP_STR_TID);
     pb_uint(&ib, 3, (uint64_t)row->tid);
     size_t body = (idb.len ? 1 + pb_vlen(idb.len) + idb.len : 0) + 1 + pb_vlen(vb.len) + vb.len +
-                  1 + pb_vlen(lb.len) + lb.len + 1 + pb_vlen(tb.len) + tb.len + 1 + pb_vlen(ib.len) + ib.len;
+                  1 + pb_vlen(lb.len) + lb.len + 1 + pb_vlen(tb.len) + tb.len + 1 + pb_vlen(ib.len) + ib.len +
+                  (jb.len ? 1 + pb_vlen(jb.len) + jb.len : 0);
     uint8_t hdr[16];
     size_t h = pb_put_varint(hdr, (2 << 3) | 2);
     h += pb_put_varint(hdr + h, body);
@@ -397,6 +404,7 @@ void mp_write_proto(mp_out_t* out, const mp_snapshot_t* snap) {
     pb_out_ld(out, 3, ltmp, lb.len);
     pb_out_ld(out, 3, ttmp, tb.len);
     pb_out_ld(out, 3, itmp, ib.len);
+    if (jb.len) pb_out_ld(out, 3, jtmp, jb.len);
   }
 
   /* mappings: ids are 1-based segment positions; the main program comes first */

@@ -143,7 +143,7 @@ static mp_bucket_t* bucket_find(const bucket_shard_t* s, uint64_t h, size_t size
 
 /* Under the shard lock: the bucket for (size, frames, tid), created if absent; NULL on budget. */
 static mp_bucket_t* bucket_get(bucket_shard_t* s, uint64_t h, size_t size, const uintptr_t* frames, unsigned depth,
-                               int32_t tid, const char thread[16]) {
+                               int32_t tid, const char thread[16], uint64_t jit_map_bytes) {
   if (s->index_cap == 0 && !bucket_index_grow(s)) return NULL;
   mp_bucket_t* b = bucket_find(s, h, size, frames, depth, tid);
   if (b != NULL) return b;
@@ -160,6 +160,7 @@ static mp_bucket_t* bucket_get(bucket_shard_t* s, uint64_t h, size_t size, const
   b->depth = depth;
   b->tid = tid;
   memcpy(b->thread, thread, sizeof(b->thread));
+  b->jit_map_bytes = jit_map_bytes;
   memcpy(b->frames, frames, depth * sizeof(uintptr_t));
   size_t j = h & (s->index_cap - 1);
   b->next = s->index[j];
@@ -317,16 +318,17 @@ bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned de
     return true;
   }
   mp_bucket_t* b = bucket_find(bs, h, size, frames, depth, tid);
-  if (b == NULL) { /* a new bucket: its thread's name is read with no lock held */
+  if (b == NULL) { /* a new bucket: its thread's name and the perf map's size are read with no lock held */
     mp_unlock(&bs->lock);
     char name[16];
     thread_name(name);
+    uint64_t jit_map_bytes = mp_jit_map_bytes();
     mp_lock(&bs->lock);
     if (!atomic_load_explicit(&mp_state.running, memory_order_acquire) || atomic_load(&mp_state.generation) != generation) {
       mp_unlock(&bs->lock);
       return true;
     }
-    b = bucket_get(bs, h, size, frames, depth, tid, name);
+    b = bucket_get(bs, h, size, frames, depth, tid, name, jit_map_bytes);
   }
   if (b == NULL) {
     mp_unlock(&bs->lock);
@@ -567,6 +569,7 @@ bool mp_snapshot_take(mp_snapshot_t* snap) {
         r->depth = b->depth;
         r->first = (uint32_t)snap->nframes;
         r->tid = b->tid;
+        r->jit_map_bytes = b->jit_map_bytes;
         memcpy(r->thread, b->thread, sizeof(r->thread));
         memcpy(&snap->frames[snap->nframes], b->frames, b->depth * sizeof(uintptr_t));
         snap->nframes += b->depth;

@@ -171,6 +171,9 @@ function programEnv(opts: RunOptions, runDir: string, isNode: boolean): NodeJS.P
       env.MIMALLOC_PPROF_PEAK = '1'; // Node's exit hook dumps it beside its own exit dump
     }
     env.MIMALLOC_PROF_DUMP_FORMAT = 'proto';
+    // each sample carries how far V8's perf map had been written when its stack was taken
+    // (V8 reuses freed code's addresses: native/src/jitmap.c, src/symbolize/perfmap.ts)
+    env.MIMALLOC_PROF_PERF_MAP = '1';
     // Any process of the run may be Node (npx, shebang scripts, children): the options are
     // inert elsewhere. They name JIT and interpreted frames, and dump before teardown.
     env.MIMALLOC_PPROF_ADDON = addonPath();

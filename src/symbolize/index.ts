@@ -156,6 +156,7 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
       }),
     );
     for (const loc of jitLocations) loc.mappingId = id;
+    if (perfMap) jitFramesAsTaken(profile, perfMap, jitLocations, functionFor, nameOfLocation);
   }
 
   if (trimmed.size > 0) {
@@ -166,6 +167,51 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
   cutMicrotaskOrigins(profile, nameOfLocation);
   labelThreads(profile, nameOfLocation, options.pid);
   return { profile, counts };
+}
+
+/**
+ * Names each sample's JavaScript frames by the perf map as it stood when the sample's stack
+ * was taken (its `jit_map_bytes` label, from the preload library: native/src/jitmap.c): V8
+ * reuses the addresses of freed code, so the newest entry at an address may name code made
+ * after the sample (an interpreter trampoline of a function that tiered up, given to a console
+ * getter later). A location whose address read otherwise then gets a copy for those samples.
+ */
+function jitFramesAsTaken(
+  profile: Profile,
+  perfMap: PerfMap,
+  jitLocations: Location[],
+  functionFor: (name: string, systemName: string, filename: string, startLine?: number) => ProfileFunction,
+  nameOfLocation: Map<number, string[]>,
+): void {
+  const key = profile.stringTable.strings.indexOf('jit_map_bytes');
+  if (key < 0) return;
+  const jit = new Map(jitLocations.map((l) => [num(l.id), l]));
+  const copies = new Map<string, Location>();
+  let nextId = profile.location.reduce((a, l) => Math.max(a, num(l.id)), 0) + 1;
+  for (const s of profile.sample) {
+    const label = s.label.find((l) => num(l.key) === key);
+    if (!label) continue;
+    const bytes = num(label.num);
+    s.locationId = s.locationId.map((id) => {
+      const loc = jit.get(num(id));
+      if (!loc) return id;
+      const now = perfMap.lookup(loc.address);
+      const then = perfMap.lookupAt(loc.address, bytes);
+      if (then === now) return id;
+      const k = `${num(id)}\0${then ? `${then.start}\0${then.raw}` : ''}`;
+      let copy = copies.get(k);
+      if (!copy) {
+        const line = then ? [new Line({ functionId: functionFor(then.name, then.raw, then.file, then.line).id, line: then.line, column: then.column })] : [];
+        copy = new Location({ id: nextId++, mappingId: loc.mappingId, address: loc.address, line });
+        copies.set(k, copy);
+        profile.location.push(copy);
+        nameOfLocation.set(num(copy.id), then ? [then.name] : []);
+      }
+      return copy.id;
+    });
+  }
+  // the label served here only; the profile's readers need not see it
+  for (const s of profile.sample) s.label = s.label.filter((l) => num(l.key) !== key);
 }
 
 /** V8 running promise reactions (microtasks): see cutMicrotaskOrigins. */

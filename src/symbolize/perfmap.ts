@@ -50,6 +50,10 @@ export interface PerfSymbol {
 export interface PerfMap {
   /** The newest entry whose range contains `address`. */
   lookup(address: number | bigint): PerfSymbol | undefined;
+  /** The newest entry whose range contains `address` among those within the map's first
+   * `bytes` bytes: what the address was when the map had been written that far (V8 reuses
+   * the addresses of freed code, so a newer entry may name later code). */
+  lookupAt(address: number | bigint, bytes: number): PerfSymbol | undefined;
   /** Lines parsed into entries, and lines skipped as malformed (or a last, unfinished line). */
   readonly entries: number;
   readonly skipped: number;
@@ -90,7 +94,10 @@ export function parsePerfMap(text: string): PerfMap {
   const starts: number[] = [];
   const ends: number[] = [];
   const raws: string[] = [];
+  const written: number[] = []; // the byte offset just past each entry's line
+  let offset = 0;
   for (const line0 of lines) {
+    offset += Buffer.byteLength(line0, 'utf8') + 1;
     const line = line0.endsWith('\r') ? line0.slice(0, -1) : line0;
     const m = LINE.exec(line);
     const start = m ? parseInt(m[1]!, 16) : NaN;
@@ -102,8 +109,9 @@ export function parsePerfMap(text: string): PerfMap {
     starts.push(start);
     ends.push(start + size);
     raws.push(m[3]!);
+    written.push(offset);
   }
-  return new PerfMapImpl(starts, ends, raws, skipped);
+  return new PerfMapImpl(starts, ends, raws, written, skipped);
 }
 
 /** Splits a perf-map NAME into the fields of a PerfSymbol. */
@@ -160,17 +168,21 @@ function scriptPath(script: string): string {
 
 /**
  * The entries painted oldest first onto the address line, newer over older: `segStart[i]`
- * begins a run of addresses owned by entry `segOwner[i]` (−1: none) up to `segStart[i + 1]`.
+ * begins a run of addresses owned by entry `segOwner[i]` (−1: none) up to `segStart[i + 1]`;
+ * where older entries lie under the owner (reused addresses), `segUnder` lists every entry of
+ * the run, newest first, for lookups at an earlier point of the map.
  */
 class PerfMapImpl implements PerfMap {
   private readonly segStart: Float64Array;
   private readonly segOwner: Int32Array;
+  private readonly segUnder = new Map<number, number[]>();
   private readonly parsed = new Map<number, PerfSymbol>();
 
   constructor(
     private readonly starts: number[],
     private readonly ends: number[],
     private readonly raws: string[],
+    private readonly written: number[],
     readonly skipped: number,
   ) {
     const n = starts.length;
@@ -211,9 +223,13 @@ class PerfMapImpl implements PerfMap {
       while (k < n && starts[order[k]!]! <= b) push(order[k++]!);
       while (heap.length > 0 && ends[heap[0]!]! <= b) pop();
       const owner = heap.length > 0 ? heap[0]! : -1;
-      if (segOwner.length === 0 || segOwner[segOwner.length - 1] !== owner) {
+      const under = heap.length > 1 ? [...heap].sort((x, y) => y - x) : undefined;
+      const last = segOwner.length - 1;
+      const sameUnder = (this.segUnder.get(last)?.join() ?? '') === (under?.join() ?? '');
+      if (segOwner.length === 0 || segOwner[last] !== owner || !sameUnder) {
         segStart.push(b);
         segOwner.push(owner);
+        if (under) this.segUnder.set(segOwner.length - 1, under);
       }
     }
     this.segStart = Float64Array.from(segStart);
@@ -225,6 +241,20 @@ class PerfMapImpl implements PerfMap {
   }
 
   lookup(address: number | bigint): PerfSymbol | undefined {
+    const idx = this.segmentOf(address);
+    return idx < 0 ? undefined : this.symbol(this.segOwner[idx]!);
+  }
+
+  lookupAt(address: number | bigint, bytes: number): PerfSymbol | undefined {
+    const idx = this.segmentOf(address);
+    if (idx < 0) return undefined;
+    const owner = this.segOwner[idx]!;
+    if (owner < 0 || this.written[owner]! <= bytes) return this.symbol(owner);
+    const earlier = this.segUnder.get(idx)?.find((e) => this.written[e]! <= bytes);
+    return earlier === undefined ? undefined : this.symbol(earlier);
+  }
+
+  private segmentOf(address: number | bigint): number {
     const a = typeof address === 'bigint' ? Number(address) : address;
     let lo = 0;
     let hi = this.segStart.length - 1;
@@ -236,8 +266,10 @@ class PerfMapImpl implements PerfMap {
         lo = mid + 1;
       } else hi = mid - 1;
     }
-    if (idx < 0) return undefined;
-    const owner = this.segOwner[idx]!;
+    return idx;
+  }
+
+  private symbol(owner: number): PerfSymbol | undefined {
     if (owner < 0) return undefined;
     let sym = this.parsed.get(owner);
     if (!sym) {

@@ -216,3 +216,18 @@ test('readPerfMap with a byte limit reads the map as it stood then: a later entr
   // a limit inside a line drops that line (as a half-written last line is)
   assert.equal(readPerfMap(path, Buffer.byteLength(first) - 3).lookup(0x1010), undefined);
 });
+
+test('lookupAt: an address as it was when the map had been written that far (V8 reused it later)', () => {
+  const first = '1000 100 JS:~openStreams /app/a.js:10:1\n';
+  const other = '5000 10 JS:~elsewhere /app/a.js:20:1\n';
+  const later = '1000 100 JS:~get node:internal/console/constructor:212:14\n';
+  const map = parsePerfMap(first + other + later);
+  assert.equal(map.lookup(0x1010)?.name, 'get', 'the newest entry, as lookup has always answered');
+  assert.equal(map.lookupAt(0x1010, Buffer.byteLength(first + other))?.name, 'openStreams');
+  assert.equal(map.lookupAt(0x1010, Buffer.byteLength(first + other + later))?.name, 'get');
+  assert.equal(map.lookupAt(0x1010, Buffer.byteLength(first) - 1), undefined, 'before its code was made');
+  assert.equal(map.lookupAt(0x5004, Buffer.byteLength(first + other))?.name, 'elsewhere');
+  // multi-byte names count in bytes, as the file's size does
+  const wide = parsePerfMap('1000 100 JS:~größe /app/ü.js:1:2\n1000 100 JS:~später /app/ü.js:3:2\n');
+  assert.equal(wide.lookupAt(0x1001, Buffer.byteLength('1000 100 JS:~größe /app/ü.js:1:2\n'))?.name, 'größe');
+});
