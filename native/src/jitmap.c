@@ -13,7 +13,13 @@
  * and read only when a bucket is made. The file is opened once, found again after a fork
  * (another pid, another map) and never written or seeked: the descriptor is checked to still
  * be the file it was opened on (device and inode) before its size counts, so a program that
- * closes descriptors it did not open and reuses the number loses nothing. */
+ * closes descriptors it did not open and reuses the number loses nothing. /tmp is everyone's:
+ * the map is opened without following a link and without blocking (a FIFO planted under the
+ * name would otherwise stop malloc for good), and only a regular file of this user counts.
+ *
+ * The size is the bucket's, taken when its first sample came: a later stack identical in every
+ * frame (code of the same layout put at the same addresses) joins the bucket and keeps its
+ * older size. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -46,9 +52,9 @@ static void try_open(void) {
     int saved = errno;
     char path[48];
     snprintf(path, sizeof(path), "/tmp/perf-%d.map", (int)getpid());
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     struct stat st;
-    if (fd >= 0 && fstat(fd, &st) == 0) {
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid()) {
       map_dev = st.st_dev;
       map_ino = st.st_ino;
       atomic_store(&map_fd, fd);
@@ -82,9 +88,13 @@ uint64_t mp_jit_map_bytes(void) {
 }
 
 void mp_jit_child_reinit(void) {
-  /* the parent's map, still open here: this process writes another (or none) */
+  /* the parent's map, still open here: this process writes another (or none); closed only if
+   * the number is still that file (the program may have closed it and reused the number) */
   int fd = atomic_exchange(&map_fd, -1);
-  if (fd >= 0) close(fd);
+  struct stat st;
+  int saved = errno;
+  if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == map_dev && st.st_ino == map_ino) close(fd);
+  errno = saved;
   atomic_store(&opening, false);
   atomic_store(&retry_at, 0);
 }

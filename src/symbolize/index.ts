@@ -164,6 +164,9 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
     profile.location = profile.location.filter((l) => !trimmed.has(num(l.id)));
   }
 
+  // the preload library's jit_map_bytes served jitFramesAsTaken only: readers need not see it
+  const jitKey = profile.stringTable.strings.indexOf('jit_map_bytes');
+  if (jitKey >= 0) for (const s of profile.sample) s.label = s.label.filter((l) => num(l.key) !== jitKey);
   cutMicrotaskOrigins(profile, nameOfLocation);
   labelThreads(profile, nameOfLocation, options.pid);
   return { profile, counts };
@@ -197,21 +200,19 @@ function jitFramesAsTaken(
       if (!loc) return id;
       const now = perfMap.lookup(loc.address);
       const then = perfMap.lookupAt(loc.address, bytes);
-      if (then === now) return id;
-      const k = `${num(id)}\0${then ? `${then.start}\0${then.raw}` : ''}`;
+      if (then === now || then === undefined) return id; // no entry then: the newest, as before
+      const k = `${num(id)}\0${then.start}\0${then.raw}`;
       let copy = copies.get(k);
       if (!copy) {
-        const line = then ? [new Line({ functionId: functionFor(then.name, then.raw, then.file, then.line).id, line: then.line, column: then.column })] : [];
+        const line = [new Line({ functionId: functionFor(then.name, then.raw, then.file, then.line).id, line: then.line, column: then.column })];
         copy = new Location({ id: nextId++, mappingId: loc.mappingId, address: loc.address, line });
         copies.set(k, copy);
         profile.location.push(copy);
-        nameOfLocation.set(num(copy.id), then ? [then.name] : []);
+        nameOfLocation.set(num(copy.id), [then.name]);
       }
       return copy.id;
     });
   }
-  // the label served here only; the profile's readers need not see it
-  for (const s of profile.sample) s.label = s.label.filter((l) => num(l.key) !== key);
 }
 
 /** V8 running promise reactions (microtasks): see cutMicrotaskOrigins. */

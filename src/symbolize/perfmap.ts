@@ -73,7 +73,7 @@ export function perfMapPath(pid: number, dir = '/tmp'): string {
  */
 export function readPerfMap(path: string, limit?: number): PerfMap {
   const data = readFileSync(path);
-  return parsePerfMap((limit !== undefined && limit < data.length ? data.subarray(0, limit) : data).toString('utf8'));
+  return parsePerfMap(limit !== undefined && limit < data.length ? data.subarray(0, limit) : data);
 }
 
 const LINE = /^(?:0x)?([0-9a-fA-F]{1,16}) (?:0x)?([0-9a-fA-F]{1,16}) (.*)$/;
@@ -82,22 +82,25 @@ const JS_TAGS = new Set(['JS', 'LazyCompile', 'Function', 'Script', 'Eval']);
  * `get `/`set ` (accessors), so a script path may contain spaces. */
 const JS_BODY = /^((?:(?:get|set) )?\S*) (.*):(\d+):(\d+)$/;
 
-/** Parses a perf map's text. Malformed lines are skipped, as is a last line without a newline
- * (V8 may be half-way through writing it). */
-export function parsePerfMap(text: string): PerfMap {
-  const lines = text.split('\n');
+/** Parses a perf map. Malformed lines are skipped, as is a last line without a newline (V8
+ * may be half-way through writing it). Offsets are counted in the file's bytes (a name V8
+ * wrote as invalid UTF-8 does not shift them). */
+export function parsePerfMap(text: string | Buffer): PerfMap {
+  const data = typeof text === 'string' ? Buffer.from(text, 'utf8') : text;
   let skipped = 0;
-  if (lines.length > 0 && lines[lines.length - 1] !== '') {
-    lines.pop();
-    skipped++;
-  } else lines.pop();
   const starts: number[] = [];
   const ends: number[] = [];
   const raws: string[] = [];
   const written: number[] = []; // the byte offset just past each entry's line
-  let offset = 0;
-  for (const line0 of lines) {
-    offset += Buffer.byteLength(line0, 'utf8') + 1;
+  for (let from = 0; from < data.length; ) {
+    const nl = data.indexOf(10, from);
+    if (nl < 0) {
+      skipped++; // unfinished
+      break;
+    }
+    const line0 = data.toString('utf8', from, nl);
+    from = nl + 1;
+    const offset = from;
     const line = line0.endsWith('\r') ? line0.slice(0, -1) : line0;
     const m = LINE.exec(line);
     const start = m ? parseInt(m[1]!, 16) : NaN;
@@ -223,7 +226,9 @@ class PerfMapImpl implements PerfMap {
       while (k < n && starts[order[k]!]! <= b) push(order[k++]!);
       while (heap.length > 0 && ends[heap[0]!]! <= b) pop();
       const owner = heap.length > 0 ? heap[0]! : -1;
-      const under = heap.length > 1 ? [...heap].sort((x, y) => y - x) : undefined;
+      // the heap drops an ended entry only from its top: those below may have ended already
+      const covering = heap.length > 1 ? heap.filter((e) => ends[e]! > b) : [];
+      const under = covering.length > 1 ? covering.sort((x, y) => y - x) : undefined;
       const last = segOwner.length - 1;
       const sameUnder = (this.segUnder.get(last)?.join() ?? '') === (under?.join() ?? '');
       if (segOwner.length === 0 || segOwner[last] !== owner || !sameUnder) {

@@ -231,3 +231,19 @@ test('lookupAt: an address as it was when the map had been written that far (V8 
   const wide = parsePerfMap('1000 100 JS:~größe /app/ü.js:1:2\n1000 100 JS:~später /app/ü.js:3:2\n');
   assert.equal(wide.lookupAt(0x1001, Buffer.byteLength('1000 100 JS:~größe /app/ü.js:1:2\n'))?.name, 'größe');
 });
+
+test('lookupAt: entries that ended before an address never answer for it, and offsets are the file\'s bytes', () => {
+  const outer = '100 400 JS:~outer /a.js:1:1\n';
+  const mid = '100 100 JS:~mid /a.js:2:1\n';
+  const top = '150 4b0 JS:~top /a.js:3:1\n';
+  const map = parsePerfMap(outer + mid + top);
+  assert.equal(map.lookupAt(0x300, Buffer.byteLength(outer + mid))?.name, 'outer', 'mid ends at 0x200');
+  const lone = parsePerfMap('100 100 JS:~old /a.js:1:1\n150 2b0 JS:~newer /a.js:2:1\n');
+  assert.equal(lone.lookupAt(0x300, Buffer.byteLength('100 100 JS:~old /a.js:1:1\n')), undefined);
+  // a name written as invalid UTF-8 (a lone surrogate, ED A0 80) counts as its three bytes
+  const bad = Buffer.concat([Buffer.from('1000 10 JS:~'), Buffer.from([0xed, 0xa0, 0x80]), Buffer.from(' /a.js:1:1\n')]);
+  const first = Buffer.from('2000 10 JS:~first /a.js:2:1\n');
+  const later = Buffer.from('2000 10 JS:~later /a.js:3:1\n');
+  const withBad = parsePerfMap(Buffer.concat([bad, first, later]));
+  assert.equal(withBad.lookupAt(0x2001, bad.length + first.length)?.name, 'first');
+});
