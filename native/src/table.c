@@ -248,19 +248,16 @@ static int64_t estimate_of(size_t size) {
   return (int64_t)((double)size * mp_weight((double)size, (double)mp_state.interval) + 0.5);
 }
 
-/* Under rs->lock: adds delta to the shard's pending part; returns what to add to est_live
- * (0 while the part stays under EST_FLUSH). */
-static int64_t est_change(record_shard_t* rs, int64_t delta) {
+/* Under rs->lock: adds delta to the shard's pending part, and the part to est_live once it
+ * reaches ±EST_FLUSH; true when that brought est_live up to the next peak mark. */
+static bool est_change(record_shard_t* rs, int64_t delta) {
   int64_t pending = rs->pending + delta;
   bool flush = pending >= EST_FLUSH || pending <= -EST_FLUSH;
   rs->pending = flush ? 0 : pending;
   mp_assert(rs->pending < EST_FLUSH && rs->pending > -EST_FLUSH);
-  return flush ? pending : 0;
-}
-
-/* Under rs->lock: the estimate's change reaches est_live; returns est_live after it. */
-static int64_t est_flush(int64_t flush) {
-  return atomic_fetch_add_explicit(&est_live, flush, memory_order_relaxed) + flush;
+  if (!flush) return false;
+  int64_t now = atomic_fetch_add_explicit(&est_live, pending, memory_order_relaxed) + pending;
+  return pending > 0 && now >= atomic_load_explicit(&peak_next, memory_order_relaxed);
 }
 
 /* est_live reached peak_next: every bucket's live count becomes its peak, on one thread at a
@@ -346,11 +343,10 @@ bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned de
     mp_unlock(&rs->lock);
     return true;
   }
-  bool ok = true;
-  int64_t flush = 0;
+  bool ok = true, peaked = false;
   size_t j = record_find(rs, p);
   if (j < rs->cap) { /* a record whose free was never seen (freed behind our back) */
-    flush = est_change(rs, -estimate_of(rs->slots[j].bucket->size));
+    (void)est_change(rs, -estimate_of(rs->slots[j].bucket->size));
     bucket_release_live(rs->slots[j].bucket);
     rs->slots[j].bucket = b;
   } else if ((rs->count + 1) * 2 > rs->cap && !record_grow(rs)) {
@@ -363,9 +359,7 @@ bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned de
     rs->slots[j].bucket = b;
     rs->count++;
   }
-  if (ok) flush += est_change(rs, estimate_of(size));
-  bool peaked = flush > 0 && est_flush(flush) >= atomic_load_explicit(&peak_next, memory_order_relaxed);
-  if (flush < 0) (void)est_flush(flush);
+  if (ok) peaked = est_change(rs, estimate_of(size));
   mp_unlock(&rs->lock);
   if (peaked) peak_copy(generation);
   return ok;
@@ -374,15 +368,13 @@ bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned de
 size_t mp_table_remove(uintptr_t p) {
   record_shard_t* rs = record_shard(p);
   size_t size = 0;
-  int64_t flush = 0;
   mp_lock(&rs->lock);
   size_t j = record_find(rs, p);
   if (j < rs->cap) {
     mp_bucket_t* b = rs->slots[j].bucket;
     record_delete(rs, j);
     size = b->size;
-    flush = est_change(rs, -estimate_of(size));
-    if (flush != 0) (void)est_flush(flush);
+    (void)est_change(rs, -estimate_of(size));
     bucket_release_live(b);
   }
   mp_unlock(&rs->lock);

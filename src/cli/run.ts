@@ -239,7 +239,7 @@ export function reportPath(file: string): string {
  * a name. The file maps as several segments (node's first executable one is 8 KiB of stubs
  * with no frames in it), so every mapping of that file counts, and only one that frames fall
  * in says anything: a file with named frames, or no frames at all, is not reported. */
-export function strippedExecutable(profile: Profile): string | undefined {
+function strippedExecutable(profile: Profile): string | undefined {
   const first = profile.mapping[0];
   if (!first) return undefined;
   const file = profile.stringTable.strings[Number(first.filename)] ?? '';

@@ -13,7 +13,7 @@ import { Function as ProfileFunction, Label, Line, Location, Mapping, type Profi
 
 import { demangle } from './demangle.js';
 import { readElf, type ElfFile, type ElfSymbolizer } from './elf.js';
-import { readPerfMap, type PerfMap } from './perfmap.js';
+import { readPerfMap, type PerfMap, type PerfSymbol } from './perfmap.js';
 import { classifyThread } from './threads.js';
 
 export interface SymbolizeOptions {
@@ -79,6 +79,9 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
     }
     return f;
   };
+  const jsLine = (js: PerfSymbol): Line[] => [new Line({ functionId: functionFor(js.name, js.raw, js.file, js.line).id, line: js.line, column: js.column })];
+  // the preload library's label of when each sample's stack was taken (native/src/jitmap.c)
+  const jitKey = profile.stringTable.strings.indexOf('jit_map_bytes');
 
   const counts = { native: 0, javascript: 0, unnamed: 0 };
   const trimmed = new Set<number>();
@@ -124,7 +127,7 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
     const anonymous = !mapping || str(mapping.filename) === '' || str(mapping.filename).startsWith('[');
     const js = anonymous ? perfMap?.lookup(address) : undefined;
     if (js) {
-      loc.line = [new Line({ functionId: functionFor(js.name, js.raw, js.file, js.line).id, line: js.line, column: js.column })];
+      loc.line = jsLine(js);
       jitLocations.push(loc);
       jitLo = Math.min(jitLo, address);
       jitHi = Math.max(jitHi, address + 1);
@@ -156,7 +159,7 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
       }),
     );
     for (const loc of jitLocations) loc.mappingId = id;
-    if (perfMap) jitFramesAsTaken(profile, perfMap, jitLocations, functionFor, nameOfLocation);
+    if (perfMap && jitKey >= 0) jitFramesAsTaken(profile, perfMap, jitKey, jitLocations, jsLine, nameOfLocation);
   }
 
   if (trimmed.size > 0) {
@@ -164,8 +167,7 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
     profile.location = profile.location.filter((l) => !trimmed.has(num(l.id)));
   }
 
-  // the preload library's jit_map_bytes served jitFramesAsTaken only: readers need not see it
-  const jitKey = profile.stringTable.strings.indexOf('jit_map_bytes');
+  // jit_map_bytes served jitFramesAsTaken only: readers need not see it
   if (jitKey >= 0) for (const s of profile.sample) s.label = s.label.filter((l) => num(l.key) !== jitKey);
   cutMicrotaskOrigins(profile, nameOfLocation);
   labelThreads(profile, nameOfLocation, options.pid);
@@ -182,12 +184,11 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
 function jitFramesAsTaken(
   profile: Profile,
   perfMap: PerfMap,
+  key: number,
   jitLocations: Location[],
-  functionFor: (name: string, systemName: string, filename: string, startLine?: number) => ProfileFunction,
+  jsLine: (js: PerfSymbol) => Line[],
   nameOfLocation: Map<number, string[]>,
 ): void {
-  const key = profile.stringTable.strings.indexOf('jit_map_bytes');
-  if (key < 0) return;
   const jit = new Map(jitLocations.map((l) => [num(l.id), l]));
   const copies = new Map<string, Location>();
   let nextId = profile.location.reduce((a, l) => Math.max(a, num(l.id)), 0) + 1;
@@ -204,8 +205,7 @@ function jitFramesAsTaken(
       const k = `${num(id)}\0${then.start}\0${then.raw}`;
       let copy = copies.get(k);
       if (!copy) {
-        const line = [new Line({ functionId: functionFor(then.name, then.raw, then.file, then.line).id, line: then.line, column: then.column })];
-        copy = new Location({ id: nextId++, mappingId: loc.mappingId, address: loc.address, line });
+        copy = new Location({ id: nextId++, mappingId: loc.mappingId, address: loc.address, line: jsLine(then) });
         copies.set(k, copy);
         profile.location.push(copy);
         nameOfLocation.set(num(copy.id), [then.name]);

@@ -246,8 +246,7 @@ class PerfMapImpl implements PerfMap {
   }
 
   lookup(address: number | bigint): PerfSymbol | undefined {
-    const idx = this.segmentOf(address);
-    return idx < 0 ? undefined : this.symbol(this.segOwner[idx]!);
+    return this.lookupAt(address, Infinity);
   }
 
   lookupAt(address: number | bigint, bytes: number): PerfSymbol | undefined {
