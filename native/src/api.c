@@ -2,8 +2,8 @@
  *
  * Lifecycle calls are serialised by one lock that the allocation paths never take, and run
  * with the reentrancy guard set (debug.h).
- * Start: reserve the arena (once), set the parameters, bump the generation, mark running,
- * widen the free-side filter, then a new epoch: every thread, whatever its countdown from
+ * Start: set the parameters, bump the generation, widen the free-side filter, mark running,
+ * then a new epoch: every thread, whatever its countdown from
  * an earlier session, draws again at its next allocation (sampler.c, thread.c).
  * Stop: mark stopped, narrow the filter, drop every record and bucket.
  * A library that does not interpose malloc (loaded with dlopen, not preloaded or linked)
@@ -52,7 +52,7 @@ void mp_stats_fill(mi_prof_stats_t* s) {
   s->rss_bytes = rss;
   s->peak_rss_bytes = peak_rss;
   /* mimalloc 2.0.9 subtracts a freed arena segment's commit twice (fixed in 2.1.2), so its
-   * counter can wrap below 0 after the sample arena gives memory back: read as 0. */
+   * counter can wrap below 0: read as 0. */
   s->commit_bytes = commit > (size_t)INT64_MAX ? 0 : commit;
   s->peak_commit_bytes = peak_commit;
   s->page_faults = faults;
@@ -97,9 +97,6 @@ bool mp_start_with(const params_t* p) {
     if (!atomic_exchange(&said, true))
       mp_write_stderr("malloc is not interposed (the library was loaded with dlopen?): profiling needs LD_PRELOAD; not started");
     errno = ENOTSUP;
-  } else if (!mp_arena_init(mp_env.arena_bytes)) {
-    mp_write_stderr("cannot reserve the sample arena (MIMALLOC_PROF_ARENA_SIZE); profiler not started");
-    errno = ENOMEM;
   } else {
     mp_stack_init();
     mp_state.interval = p->interval != 0 ? p->interval : MI_PROF_DEFAULT_INTERVAL;
@@ -171,7 +168,12 @@ void mi_prof_stop(void) {
     mp_table_check();
     atomic_store(&mp_state.running, false);
     mp_filter_update(false);
-    mp_table_clear();
+    /* Blocks whose records go now count their whole usable size from here on (sampler.c). */
+    int64_t whole = mp_table_clear();
+#ifdef MP_TEST_HOOKS
+    if (mp_test_hook("MP_TEST_STOP_DROPS_WHOLE")) whole = 0; /* the exact counters' control */
+#endif
+    if (atomic_load(&mp_events_on)) atomic_fetch_add(&mp_exact.live_bytes, whole);
   }
   mp_unlock(&mp_api_lock);
   mp_profiler_leave(&mp_tls, guard);

@@ -28,7 +28,6 @@ __attribute__((noreturn, visibility("hidden"))) void mp_assert_fail(const char* 
 typedef enum mp_lock_level_e {
   MP_LEVEL_LOADER = 1, /* mp_loader_lock: first in fork's prepare handler */
   MP_LEVEL_API,        /* the lifecycle lock */
-  MP_LEVEL_ARENA,      /* the arena's one-time reservation */
   MP_LEVEL_THREADS,    /* the registry of threads (thread.c) */
   MP_LEVEL_RECORDS,    /* record shards (table.c) */
   MP_LEVEL_BUCKETS,    /* bucket shards (table.c): taken under a record shard, never the reverse */

@@ -142,6 +142,7 @@ static bool visit_block(const mi_heap_t* heap, const mi_heap_area_t* area, void*
   (void)area;
   visit_t* v = arg;
   if (block == NULL) return true; /* the area itself */
+  block_size = mp_visited_bytes(block, block_size); /* a sampled block counts as unsampled */
   if (!v->fn(block, block_size, v->arg)) {
     v->stopped = true;
     return false;
@@ -157,7 +158,6 @@ bool mi_memory_visit_live_allocations(mi_memory_allocation_visit_fun* visitor, v
 #if MP_MI_HAS_DEFAULT_HEAP
   (void)mi_heap_visit_blocks(mi_heap_get_default(), true, visit_block, &v);
 #endif
-  if (!v.stopped && t->heap != NULL) (void)mi_heap_visit_blocks((mi_heap_t*)t->heap, true, visit_block, &v);
   t->in_callback = false;
   return true;
 }

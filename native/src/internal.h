@@ -85,7 +85,7 @@ typedef struct mp_options_s {
   bool dump_format_set;
   bool memory_events;     /* MIMALLOC_MEMORY_EVENTS */
   bool verbose;           /* MIMALLOC_PROF_VERBOSE */
-  size_t arena_bytes;     /* MIMALLOC_PROF_ARENA_SIZE: virtual reserve for sampled blocks */
+  size_t arena_bytes;     /* MIMALLOC_PROF_ARENA_SIZE: read and checked, no longer used (sampler.c) */
   bool direct;            /* MIMALLOC_PROF_DIRECT: PLT slots bound to the watching entry points (bind.c) */
   bool perf_map;          /* MIMALLOC_PROF_PERF_MAP: buckets keep V8's perf map size (jitmap.c) */
 #define MP_ARENA_MIN ((size_t)64 << 20) /* below, mimalloc may not carve one arena page */
@@ -151,7 +151,6 @@ typedef struct mp_thread_s {
   bool in_callback;
   struct mp_thread_s* next; /* the registry's links, under its lock */
   struct mp_thread_s* prev;
-  void* heap;           /* this thread's heap in the sample arena, made on first use */
   uintptr_t stack_lo, stack_hi; /* 0, 0: not known yet */
   /* libuv thread-pool work (pool.c). On a pool thread running wrapped work: the entry that
    * holds the queuing stack. On a loop thread inside a wrapped completion: the entry whose
@@ -181,11 +180,16 @@ static inline void mp_profiler_leave(mp_thread_t* t, bool guard) {
   if (__builtin_expect(!guard && t->deferred_signal != 0, 0)) mp_signal_resume();
 }
 
-/* The free-side filter: a pointer p needs the slow path iff lo <= p < hi. It is the sample
- * arena while profiling, everything while memory events are on, and empty otherwise. The
- * arena sits below other heap memory (arena.c), so `p >= hi` alone decides most frees. */
-extern uintptr_t mp_filter_lo;
-extern uintptr_t mp_filter_hi;
+/* Sampled blocks live in the program's own heap, each at an address whose low 12 bits are 0
+ * or mimalloc's page offset (sampler.c); mp_sample_mask keeps the other low bits.
+ * The free-side filter: a pointer p needs the slow path iff (p & mp_filter_mask) == 0. The mask
+ * is mp_sample_mask while profiling (the slow path then asks the record table, whose shards say
+ * at once when they hold nothing), 0 while memory events are on (every free), and all ones
+ * otherwise (only NULL). */
+#define MP_SAMPLE_GRAIN ((uintptr_t)4096)
+extern uintptr_t mp_sample_mask;
+void mp_sampler_measure(void); /* sets mp_sample_mask once; under the lifecycle lock */
+extern uintptr_t mp_filter_mask;
 
 #define MP_CHECK_PERIOD ((uint64_t)64 * 1024)
 
@@ -206,6 +210,17 @@ typedef struct caller_s {
 /* The caller's stack in a sampler section (the calling thread is outside the profiler), cut
  * where the walk would leave the frame at stop_sp (0: not cut). */
 unsigned mp_sample_capture(uintptr_t* frames, unsigned max, const caller_t* c, uintptr_t stop_sp);
+/* For a heap walk: the usable bytes that the mimalloc block at `block`, of `size` usable bytes,
+ * counts for (mp_block_bytes). */
+size_t mp_visited_bytes(const void* block, size_t size);
+
+/* What the record table keeps of a sample beyond its bucket: its requested size (0: no
+ * record) and whether its block was rounded up to a larger size class (sample_alloc). */
+typedef struct mp_recorded_s {
+  size_t size;
+  bool rounded;
+} mp_recorded_t;
+size_t mp_block_bytes(const void* p, mp_recorded_t r);
 
 /* Flags of an allocation request. */
 #define MP_ZERO 1u     /* calloc */
@@ -255,15 +270,6 @@ void mp_events_fork_child(void);
  * paths after their sampler section, for a change they counted; `total` is the live usable
  * bytes after it. */
 void mp_events_report(unsigned kind, int64_t delta, int64_t total, size_t request);
-
-/* ---- arena.c: the exclusive mimalloc arena that holds every sampled block ---- */
-bool mp_arena_init(size_t bytes);  /* idempotent; false if mimalloc refused */
-bool mp_arena_ready(void);
-void mp_arena_range(uintptr_t* lo, uintptr_t* size);
-/* Allocates in the arena from the calling thread; NULL if impossible (full, alignment
- * unsupported, thread exiting). */
-void* mp_arena_alloc(size_t size, size_t align, bool zero);
-void mp_arena_thread_exit(void);
 
 /* ---- interpose.c ---- */
 /* Points the hot entry points at the watching versions (profiling or exact counters on) or
@@ -346,17 +352,39 @@ typedef struct mp_bucket_s {
 } mp_bucket_t;
 
 void mp_table_init(void);
-/* Records a sample of `size` bytes at p. False when the profiler memory budget is hit. */
+/* Records a sample of `size` bytes at p: 1 recorded, 0 not (the profiler stopped meanwhile),
+ * -1 when the profiler memory budget is hit. */
 /* `thread_name` is asked only when a bucket is made, outside the table's locks. */
-bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned depth, int32_t tid,
-                  void (*thread_name)(char out[16]));
+int mp_table_add(uintptr_t p, size_t size, bool rounded, const uintptr_t* frames, unsigned depth, int32_t tid,
+                 void (*thread_name)(char out[16]));
 /* jitmap.c: the size of V8's perf map now (0: unknown, or MIMALLOC_PROF_PERF_MAP unset); any
  * thread, inside the profiler, no lock held. */
 uint64_t mp_jit_map_bytes(void);
 void mp_jit_child_reinit(void);
-/* Removes the record of p if there is one; returns its requested size, or 0. */
-size_t mp_table_remove(uintptr_t p);
-void mp_table_clear(void);        /* stop: drop everything */
+/* Removes the record of p if there is one, and returns it (size 0: none). */
+mp_recorded_t mp_table_remove(uintptr_t p);
+/* Each record shard's count of records, on a line of its own: written under the shard's lock
+ * with atomic stores, read without it by free's filter (mp_table_may_hold). A record's shard
+ * comes from its block's 64 KiB slice of the heap (table.c says why), by Fibonacci hashing. */
+#define MP_RECORD_SHARDS 64u
+typedef struct mp_shard_count_s {
+  _Alignas(64) size_t n;
+} mp_shard_count_t;
+extern mp_shard_count_t mp_record_counts[MP_RECORD_SHARDS];
+static inline unsigned mp_record_shard_of(uintptr_t p) {
+  _Static_assert(MP_RECORD_SHARDS == 64u, "the shift below takes 6 bits");
+  return (unsigned)(((uint64_t)(p >> 16) * 0x9E3779B97F4A7C15ull) >> 58);
+}
+/* Any thread, no lock: false only if p has no record. A record of p is added before the
+ * sampled block is returned, and the free of p comes after that return in the program's own
+ * order, so its shard's count is at least 1 for as long as the record exists. */
+static inline bool mp_table_may_hold(uintptr_t p) {
+  return __atomic_load_n(&mp_record_counts[mp_record_shard_of(p)].n, __ATOMIC_RELAXED) != 0;
+}
+mp_recorded_t mp_table_lookup(uintptr_t p); /* takes p's shard lock: inside a sampler section only */
+/* Stop: drop everything. Returns the bytes the dropped records' blocks count for beyond what
+ * they counted while recorded (mp_block_bytes), for the exact counters. */
+int64_t mp_table_clear(void);
 void mp_table_reset_accum(void);
 void mp_table_lock_all(void);     /* fork */
 void mp_table_unlock_all(void);

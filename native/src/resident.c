@@ -323,16 +323,10 @@ static region_t* copy_record(size_t* len, size_t* bytes) {
   return copy == MAP_FAILED ? NULL : copy;
 }
 
-/* Adds region r's figures, outside the sample arena [alo, ahi) (mimalloc remaps parts of it;
- * mi_prof_resident_t tells it apart), to *mapped and *resident. */
-static void add_outside_arena(const region_t* r, uintptr_t alo, uintptr_t ahi, unsigned char* vec, size_t page,
-                              uint64_t* mapped, uint64_t* resident) {
-  uintptr_t parts[2][2] = {{r->lo, r->hi < alo ? r->hi : alo}, {r->lo > ahi ? r->lo : ahi, r->hi}};
-  for (int j = 0; j < 2; j++) {
-    if (parts[j][0] >= parts[j][1]) continue;
-    *mapped += parts[j][1] - parts[j][0];
-    if (vec != MAP_FAILED) *resident += resident_in(parts[j][0], parts[j][1], vec, VEC_LEN, page);
-  }
+/* Adds region r's figures to *mapped and *resident. */
+static void add_region(const region_t* r, unsigned char* vec, size_t page, uint64_t* mapped, uint64_t* resident) {
+  *mapped += r->hi - r->lo;
+  if (vec != MAP_FAILED) *resident += resident_in(r->lo, r->hi, vec, VEC_LEN, page);
 }
 
 size_t mi_prof_mapping_owners(mi_prof_mapping_owner_t* out, size_t cap) {
@@ -342,8 +336,6 @@ size_t mi_prof_mapping_owners(mi_prof_mapping_owner_t* out, size_t cap) {
   unsigned char* vec = raw_map(VEC_LEN);
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   size_t owners = 0;
-  uintptr_t arena_lo, arena_size;
-  mp_arena_range(&arena_lo, &arena_size);
   for (size_t i = 0; i < n; i++) {
     size_t k = 0;
     while (k < owners && k < cap && out[k].object != regions[i].owner) k++;
@@ -354,7 +346,7 @@ size_t mi_prof_mapping_owners(mi_prof_mapping_owner_t* out, size_t cap) {
     }
     if (k >= cap) continue;
     out[k].regions++;
-    add_outside_arena(&regions[i], arena_lo, arena_lo + arena_size, vec, page, &out[k].mapped, &out[k].resident);
+    add_region(&regions[i], vec, page, &out[k].mapped, &out[k].resident);
   }
   if (vec != MAP_FAILED) raw_unmap(vec, VEC_LEN);
   raw_unmap(regions, bytes);
@@ -370,8 +362,6 @@ bool mi_prof_resident_get(mi_prof_resident_t* out) {
   *out = (mi_prof_resident_t){.size = size, .version = version};
   uintptr_t mimalloc = owner_of((const void*)(uintptr_t)&mi_version);
   out->allocator_known = mimalloc != 0;
-  uintptr_t arena_lo, arena_size;
-  mp_arena_range(&arena_lo, &arena_size);
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   unsigned char* vec = raw_map(VEC_LEN);
   size_t n, bytes;
@@ -379,12 +369,10 @@ bool mi_prof_resident_get(mi_prof_resident_t* out) {
   if (regions != NULL) { /* mimalloc's ranges, however many other owners there are */
     for (size_t i = 0; i < n; i++)
       if (regions[i].owner == mimalloc)
-        add_outside_arena(&regions[i], arena_lo, arena_lo + arena_size, vec, page, &out->allocator_mapped,
-                          &out->allocator_resident);
+        add_region(&regions[i], vec, page, &out->allocator_mapped, &out->allocator_resident);
     raw_unmap(regions, bytes);
   }
   out->untracked = atomic_load_explicit(&untracked, memory_order_relaxed);
-  if (arena_size > 0 && vec != MAP_FAILED) out->arena_resident = resident_in(arena_lo, arena_lo + arena_size, vec, VEC_LEN, page);
   if (vec != MAP_FAILED) raw_unmap(vec, VEC_LEN);
   out->profiler_bytes = mp_os_bytes();
   return true;

@@ -37,8 +37,7 @@ __thread mp_thread_t mp_tls __attribute__((tls_model("initial-exec")));
 static __thread bool tls_forced __attribute__((tls_model("initial-exec")));
 static __thread uint64_t tls_left __attribute__((tls_model("initial-exec")));
 
-uintptr_t mp_filter_lo;
-uintptr_t mp_filter_hi;
+uintptr_t mp_filter_mask = UINTPTR_MAX;
 mp_exact_t mp_exact;
 atomic_bool mp_events_on;
 static atomic_ullong dropped;
@@ -116,7 +115,7 @@ static bool decide(mp_thread_t* t, uint64_t left, size_t size) {
       left = draw(t);
     }
     if (size > left) {
-      sampled = true; /* an exiting thread's sample is dropped by the arena */
+      sampled = true; /* an exiting thread's sample is dropped (sampled_alloc) */
       left = draw(t);
     } else {
       left -= size;
@@ -137,19 +136,15 @@ void mp_sampler_resync_all(void) {
 }
 
 /* ---- free-side filter ----------------------------------------------------------------- */
-/* Stores are ordered so that every intermediate state covers at least the arena while
- * profiling: a sampled block may be freed on the fast path only when nothing is recorded. */
+/* One store: the filter passes every place a sampled block can sit before running is set
+ * (api.c stores running after this), and a sampled block may be freed on the fast path only
+ * when nothing is recorded (a stop clears the table). Under the lifecycle lock. */
 void mp_filter_update(bool profiling) {
-  uintptr_t lo = 0, size = 0;
-  if (atomic_load(&mp_events_on)) {
-    size = UINTPTR_MAX;
-  } else if (profiling) {
-    mp_arena_range(&lo, &size);
-  }
-  __atomic_store_n(&mp_filter_hi, UINTPTR_MAX, __ATOMIC_SEQ_CST);
-  __atomic_store_n(&mp_filter_lo, lo, __ATOMIC_SEQ_CST);
-  __atomic_store_n(&mp_filter_hi, lo + size, __ATOMIC_SEQ_CST);
-  mp_entry_update(size != 0);
+  bool events = atomic_load(&mp_events_on);
+  if (profiling) mp_sampler_measure();
+  uintptr_t mask = events ? 0 : profiling ? mp_sample_mask : UINTPTR_MAX;
+  __atomic_store_n(&mp_filter_mask, mask, __ATOMIC_SEQ_CST);
+  mp_entry_update(events || profiling);
 }
 
 /* ---- exact counters ------------------------------------------------------------------- */
@@ -159,9 +154,21 @@ typedef struct change_s {
   int64_t delta, total; /* usable bytes: this change, and the live total after it */
 } change_t;
 
-static change_t count_alloc(void* p) {
+/* The usable bytes a block counts for: mimalloc's usable size, except that a recorded sample
+ * rounded up to a larger size class (sample_alloc) counts what the same request unsampled has:
+ * neither the exact counters nor malloc_usable_size may see profiling change a block. A block
+ * whose record goes while it lives (a stop) counts its whole usable size from then on:
+ * mp_table_clear returns the difference, which the stop adds to the exact counters. */
+size_t mp_block_bytes(const void* p, mp_recorded_t r) {
+  size_t usable = mi_usable_size(p);
+  if (!r.rounded) return usable;
+  size_t unsampled = mi_good_size(r.size); /* mimalloc's usable size of r.size (small, medium) */
+  return unsampled < usable ? unsampled : usable;
+}
+
+static change_t count_alloc(void* p, mp_recorded_t r) {
   if (p == NULL) return (change_t){0};
-  long long usable = (long long)mi_usable_size(p);
+  long long usable = (long long)mp_block_bytes(p, r);
   long long before = atomic_fetch_add_explicit(&mp_exact.live_bytes, usable, memory_order_relaxed);
   atomic_fetch_add_explicit(&mp_exact.live_objects, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&mp_exact.accum_bytes, (unsigned long long)usable, memory_order_relaxed);
@@ -169,8 +176,8 @@ static change_t count_alloc(void* p) {
   return (change_t){true, usable, before + usable};
 }
 
-static change_t count_free(void* p) {
-  long long usable = (long long)mi_usable_size(p);
+static change_t count_free(void* p, mp_recorded_t r) {
+  long long usable = (long long)mp_block_bytes(p, r);
   long long before = atomic_fetch_sub_explicit(&mp_exact.live_bytes, usable, memory_order_relaxed);
   atomic_fetch_sub_explicit(&mp_exact.live_objects, 1, memory_order_relaxed);
   return (change_t){true, -usable, before - usable};
@@ -185,14 +192,95 @@ static inline void report(unsigned kind, change_t c, size_t request) {
 
 /* ---- allocation ------------------------------------------------------------------------ */
 static void* plain_alloc(size_t size, size_t align, bool zero) {
-  if (align != 0) return zero ? mi_zalloc_aligned(size, align) : mi_malloc_aligned_at(size, align, 0);
+  if (align != 0) return zero ? mi_zalloc_aligned_at(size, align, 0) : mi_malloc_aligned_at(size, align, 0);
   return zero ? mi_zalloc(size) : mi_malloc(size);
 }
 
-static bool in_arena(const void* p) {
-  uintptr_t lo, size;
-  mp_arena_range(&lo, &size);
-  return (uintptr_t)p - lo < size;
+/* Where sampled blocks sit (internal.h): mimalloc's pages start `offset` bytes past a 4 KiB
+ * boundary (0 on 2.x; 3.x keeps its page header first: 128 bytes on 3.0.1), so every block of a
+ * size class that is a multiple of 4 KiB, and every large block, sits at that offset. The
+ * filter's mask keeps the low 12 bits except the offset's, and passes blocks at the offset and
+ * at the boundary itself. Measured once, before the first start. */
+uintptr_t mp_sample_mask = MP_SAMPLE_GRAIN - 1;
+
+void mp_sampler_measure(void) {
+  static bool measured;
+  if (measured) return;
+  void* probe = mi_malloc(MP_SAMPLE_GRAIN * 16);
+  uintptr_t offset = (uintptr_t)probe & (MP_SAMPLE_GRAIN - 1);
+  mi_free(probe);
+  mp_sample_mask = (MP_SAMPLE_GRAIN - 1) & ~offset;
+  measured = true;
+}
+
+/* Whether p may be a sampled block: only blocks the mask passes are, and most shards hold no
+ * record at a given moment, so the unsampled blocks that pass (about one in 4096 / size of the
+ * small ones, and every large one) mostly cost one load here. */
+static bool maybe_sampled(const void* p) {
+  return ((uintptr_t)p & mp_sample_mask) == 0 && mp_table_may_hold((uintptr_t)p);
+}
+
+static inline size_t round_to_grain(size_t size) {
+  return size > SIZE_MAX - MP_SAMPLE_GRAIN ? size : (size + MP_SAMPLE_GRAIN - 1) & ~(MP_SAMPLE_GRAIN - 1);
+}
+
+#ifdef MP_TEST_HOOKS
+/* The Node gate's control: one mimalloc heap shared by every thread, as this library once
+ * had (mimalloc heaps allocate only on the thread that made them). */
+static void* shared_heap_alloc(size_t size, bool zero) {
+  static _Atomic(mi_heap_t*) shared;
+  mi_heap_t* h = atomic_load(&shared);
+  if (h == NULL) {
+    mi_heap_t* made = mi_heap_new();
+    if (atomic_compare_exchange_strong(&shared, &h, made)) h = made;
+  }
+  size = round_to_grain(size);
+  return zero ? mi_heap_zalloc(h, size) : mi_heap_malloc(h, size);
+}
+#endif
+
+/* A sampled block, from the program's own heap (so that sampling changes neither the memory
+ * the program holds nor its reuse), at an address the free filter passes on:
+ *  - first the block the request gets anyway: large blocks, and small ones that happen to,
+ *    sit there and keep their size class;
+ *  - else a block of the request rounded up to a multiple of 4 KiB, whose size class sits
+ *    there on both majors (`rounded`: it counts as the request unsampled would, mp_block_bytes).
+ *    At most 4 KiB more per live sample: at most 4 KiB / R of the live heap (0.8 % at 512 KiB).
+ *    mimalloc's aligned allocation would also place it, but needs a size class of its own
+ *    (1.056x peak RSS on the Node benchmark, against 1.032x), and on 3.0.1 aligned blocks
+ *    exhaust memory in threads that come and go (docs/reliability.md);
+ *  - an alignment above what that block has is asked of mimalloc at 4 KiB or more.
+ * NULL (the sample is dropped) on an exiting thread (thread.c), or when no such block came. */
+static void* sample_alloc(mp_thread_t* t, size_t size, size_t align, bool zero, bool* rounded) {
+  *rounded = false;
+  if (t->exiting) return NULL;
+  int saved = errno;
+  void* p = NULL;
+#ifdef MP_TEST_HOOKS
+  if (mp_test_hook("MP_TEST_SHARED_HEAP")) {
+    p = align == 0 ? shared_heap_alloc(size, zero) : NULL;
+    *rounded = true;
+    errno = saved;
+    return p;
+  }
+#endif
+  p = plain_alloc(size, align, zero);
+  if (p != NULL && ((uintptr_t)p & mp_sample_mask) != 0) {
+    mi_free(p);
+    uintptr_t offset = (MP_SAMPLE_GRAIN - 1) & ~mp_sample_mask;
+    uintptr_t natural = offset == 0 ? MP_SAMPLE_GRAIN : offset & -offset; /* a rounded block's alignment */
+    size_t rsize = round_to_grain(size);
+    if (align <= natural) p = zero ? mi_zalloc(rsize) : mi_malloc(rsize);
+    else if (align < MP_SAMPLE_GRAIN) align = MP_SAMPLE_GRAIN;
+    if (align > natural) p = zero ? mi_zalloc_aligned_at(rsize, align, 0) : mi_malloc_aligned_at(rsize, align, 0);
+    *rounded = true;
+    if (p != NULL && (((uintptr_t)p & mp_sample_mask) != 0 || (align != 0 && (uintptr_t)p % align != 0))) {
+      mi_free(p); /* not where the filter looks: dropped */
+      p = NULL;
+    }
+  }
+  errno = saved;
+  return p;
 }
 
 /* The calling thread's name (NUL-padded), for a bucket being made. Threads rename
@@ -221,10 +309,9 @@ static int32_t thread_id(mp_thread_t* t) {
   return t->tid;
 }
 
-/* Allocates a sampled block in the arena and records it; a sample that cannot be kept
- * (arena full or alignment too large, budget hit, thread exiting) is counted as dropped
- * and the allocation is served normally. */
-static void* sampled_alloc(mp_thread_t* t, size_t size, size_t align, bool zero, const caller_t* c) {
+/* Allocates a sampled block and records it; a sample that cannot be kept (budget hit, thread
+ * exiting) is counted as dropped and the allocation is served normally. */
+static void* sampled_alloc(mp_thread_t* t, size_t size, size_t align, bool zero, const caller_t* c, mp_recorded_t* recorded) {
   uintptr_t frames[MI_PROF_MAX_BT];
   /* Work that a pool thread runs, and a completion of such work on its loop's thread, carry
    * the stack that queued the work (pool.c); a completion's own stack ends at its trampoline. */
@@ -232,12 +319,17 @@ static void* sampled_alloc(mp_thread_t* t, size_t size, size_t align, bool zero,
   uintptr_t cut = t->queued_by == NULL && t->pool_origin != NULL ? t->pool_origin_sp : 0;
   unsigned depth = mp_stack_capture(frames, mp_state.bt_max, c->ra, c->sp, c->fp, cut);
   if (mp_unlikely(queued)) depth = mp_pool_append(frames, depth, MI_PROF_MAX_BT);
-  void* p = mp_arena_alloc(size, align, zero);
+  bool rounded;
+  void* p = sample_alloc(t, size, align, zero, &rounded);
+  /* A block that ends up without a record counts its whole usable size (mp_block_bytes). */
+  *recorded = (mp_recorded_t){0, false};
   if (p == NULL) {
     p = plain_alloc(size, align, zero);
     if (p != NULL) mp_count_dropped();
-  } else if (!mp_table_add((uintptr_t)p, size, frames, depth, thread_id(t), thread_name)) {
-    mp_count_dropped();
+  } else {
+    int added = mp_table_add((uintptr_t)p, size, rounded, frames, depth, thread_id(t), thread_name);
+    if (added > 0) *recorded = (mp_recorded_t){size, rounded};
+    else if (added < 0) mp_count_dropped();
   }
   return p;
 }
@@ -268,6 +360,22 @@ unsigned mp_sample_capture(uintptr_t* frames, unsigned max, const caller_t* c, u
   return n;
 }
 
+/* p's record (size 0: none), from any code outside the profiler. */
+static mp_recorded_t recorded_of(const void* p) {
+  mp_recorded_t r = {0, false};
+  mp_thread_t* t = &mp_tls;
+  if (!maybe_sampled(p) || t->in_profiler) return r; /* in the profiler a shard lock may be held */
+  bool was = enter_sample(t);
+  r = mp_table_lookup((uintptr_t)p);
+  leave_sample(t, was);
+  return r;
+}
+
+size_t mp_visited_bytes(const void* block, size_t size) {
+  mp_recorded_t r = recorded_of(block);
+  return r.rounded ? mp_block_bytes(block, r) : size;
+}
+
 /* `undo` is what the fast path subtracted from the countdown for this request. */
 static void* alloc_common(mp_thread_t* t, uint64_t left, uint64_t undo, size_t size, size_t align, unsigned flags,
                           const caller_t* c) {
@@ -280,9 +388,10 @@ static void* alloc_common(mp_thread_t* t, uint64_t left, uint64_t undo, size_t s
     p = plain_alloc(size, align, zero);
   } else {
     bool was = enter_sample(t);
-    if (decide(t, left, size)) p = sampled_alloc(t, size, align, zero, c);
+    mp_recorded_t recorded = {0, false};
+    if (decide(t, left, size)) p = sampled_alloc(t, size, align, zero, c, &recorded);
     else p = plain_alloc(size, align, zero);
-    change_t change = tls_forced ? count_alloc(p) : (change_t){0};
+    change_t change = tls_forced ? count_alloc(p, recorded) : (change_t){0};
     leave_sample(t, was);
     report(MP_EVENT_ALLOCATE, change, size);
   }
@@ -310,19 +419,29 @@ mp_noinline int mp_posix_memalign_slow(void** out, size_t align, size_t size, vo
   return 0;
 }
 
+static mp_noinline void free_watched(void* p, bool events);
+
+/* Most pointers that reach this are unsampled blocks that happen to be aligned, and leave at
+ * the first test: this part stays small (no frame) for them. */
 mp_noinline void mp_free_slow(void* p) {
-  mp_thread_t* t = &mp_tls;
   if (p == NULL) return;
+  bool events = tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed);
+  if (mp_likely(!events && !maybe_sampled(p))) mi_free(p);
+  else free_watched(p, events);
+}
+
+static mp_noinline void free_watched(void* p, bool events) {
+  mp_thread_t* t = &mp_tls;
   bool guard = t->in_profiler;
   if (guard) {
-    if (in_arena(p)) mp_table_remove((uintptr_t)p); /* the profiler's own free: not counted */
+    if (maybe_sampled(p)) mp_table_remove((uintptr_t)p); /* the profiler's own free: not counted */
     mi_free(p);
     return;
   }
   bool was = enter_sample(t);
-  bool events = tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed);
-  change_t change = events ? count_free(p) : (change_t){0};
-  if (in_arena(p)) mp_table_remove((uintptr_t)p);
+  /* Removed and counted in this order: the record decides the bytes (mp_block_bytes). */
+  mp_recorded_t recorded = maybe_sampled(p) ? mp_table_remove((uintptr_t)p) : (mp_recorded_t){0, false};
+  change_t change = events ? count_free(p, recorded) : (change_t){0};
   leave_sample(t, was);
   mi_free(p);
   report(MP_EVENT_FREE, change, 0);
@@ -340,26 +459,28 @@ mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
   if (t->in_profiler) return mi_realloc(p, size);
   bool was = enter_sample(t);
   bool events = tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed);
-  size_t old_usable = events ? mi_usable_size(p) : 0;
   bool sampled = decide(t, left, size);
-  bool was_in_arena = in_arena(p);
+  /* Forget the record first: an in-place result would otherwise keep a stale one. */
+  mp_recorded_t old_recorded = maybe_sampled(p) ? mp_table_remove((uintptr_t)p) : (mp_recorded_t){0, false};
+  size_t old_usable = events ? mp_block_bytes(p, old_recorded) : 0;
+  mp_recorded_t recorded = {0, false};
   void* q;
   if (sampled) {
-    q = sampled_alloc(t, size, 0, false, &c);
+    q = sampled_alloc(t, size, 0, false, &c, &recorded);
     if (q != NULL) {
       size_t keep = mi_usable_size(p);
       memcpy(q, p, keep < size ? keep : size);
-      if (was_in_arena) mp_table_remove((uintptr_t)p);
       mi_free(p);
+    } else if (old_recorded.size != 0) { /* p stays, without its record: it counts whole now */
+      mp_count_dropped();
+      if (events) atomic_fetch_add_explicit(&mp_exact.live_bytes, (long long)(mi_usable_size(p) - old_usable), memory_order_relaxed);
     }
   } else {
-    /* Forget the record first: an in-place result would otherwise keep a stale one. */
-    if (was_in_arena) mp_table_remove((uintptr_t)p);
     q = mi_realloc(p, size);
   }
   change_t change = {0};
   if (events && q != NULL) {
-    long long now = (long long)mi_usable_size(q), old = (long long)old_usable;
+    long long now = (long long)mp_block_bytes(q, recorded), old = (long long)old_usable;
     long long before = atomic_fetch_add_explicit(&mp_exact.live_bytes, now - old, memory_order_relaxed);
     atomic_fetch_add_explicit(&mp_exact.accum_bytes, (unsigned long long)now, memory_order_relaxed);
     atomic_fetch_add_explicit(&mp_exact.accum_objects, 1, memory_order_relaxed);
@@ -373,5 +494,6 @@ mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
   return q;
 }
 
-size_t mp_usable_size(const void* p) { return p == NULL ? 0 : mi_usable_size(p); }
+/* A recorded sample answers what the same request unsampled would have (mp_block_bytes). */
+size_t mp_usable_size(const void* p) { return p == NULL ? 0 : mp_block_bytes(p, recorded_of(p)); }
 

@@ -31,7 +31,7 @@
 #include "internal.h"
 
 #define SHARDS 16u  /* bucket shards */
-#define RSHARDS 64u /* record shards (RSHARDS + SHARDS locks are held at once at a fork) */
+#define RSHARDS MP_RECORD_SHARDS /* record shards (RSHARDS + SHARDS locks are held at once at a fork) */
 #define BUCKET_INDEX0 1024u
 #define RECORD_CAP0 256u /* one page of slots: RSHARDS of them are made */
 
@@ -47,14 +47,22 @@ typedef struct bucket_shard_s {
 
 typedef struct record_s {
   uintptr_t addr; /* 0: empty slot */
-  mp_bucket_t* bucket;
+  /* the bucket, whose low bit (buckets are word-aligned) says that the block was rounded up
+   * to a larger size class (mp_recorded_t) */
+  uintptr_t tagged;
 } record_t;
+
+static inline mp_bucket_t* rec_bucket(const record_t* r) { return (mp_bucket_t*)(r->tagged & ~(uintptr_t)1); }
+static inline mp_recorded_t rec_of(const record_t* r) { return (mp_recorded_t){rec_bucket(r)->size, (r->tagged & 1) != 0}; }
+static inline uintptr_t rec_tag(mp_bucket_t* b, bool rounded) {
+  mp_assert(((uintptr_t)b & 1) == 0);
+  return (uintptr_t)b | (rounded ? 1 : 0);
+}
 
 typedef struct record_shard_s {
   mp_lock_t lock;
   record_t* slots;     /* open addressing, linear probing, backward-shift deletion */
   size_t cap;
-  size_t count;
   /* This shard's change to the estimate of bytes in use not yet added to est_live; read and
    * written under the lock only; |pending| < EST_FLUSH between critical sections. */
   int64_t pending;
@@ -198,11 +206,13 @@ static bool record_grow(record_shard_t* s) {
   return true;
 }
 
-/* A record's shard comes from its block's 64 KiB slice of the arena, not the block itself:
+/* A record's shard comes from its block's 64 KiB slice of the heap, not the block itself:
  * both mimalloc majors give a slice to one thread's heap at a time, so threads sampling at a
  * high rate mostly lock shards no other thread is using, where a hash of the address would
- * send every thread to every shard's line. */
-static record_shard_t* record_shard(uintptr_t addr) { return &rshards[(mix(addr >> 16) >> 40) % RSHARDS]; }
+ * send every thread to every shard's line. Its count of records is mp_record_counts[shard]. */
+mp_shard_count_t mp_record_counts[RSHARDS];
+static record_shard_t* record_shard(uintptr_t addr) { return &rshards[mp_record_shard_of(addr)]; }
+static size_t* count_of(const record_shard_t* s) { return &mp_record_counts[s - rshards].n; }
 
 /* Under the shard lock: index of addr's slot, or cap if absent. */
 static size_t record_find(record_shard_t* s, uintptr_t addr) {
@@ -225,8 +235,8 @@ static void record_delete(record_shard_t* s, size_t j) {
     }
   }
   s->slots[j].addr = 0;
-  s->slots[j].bucket = NULL;
-  s->count--;
+  s->slots[j].tagged = 0;
+  __atomic_store_n(count_of(s), *count_of(s) - 1, __ATOMIC_RELAXED);
 }
 
 /* A record of b is gone (or an add failed): b may retire, and is not touched after that. */
@@ -304,15 +314,15 @@ void mp_table_peak(mp_peak_t* peak) {
   peak->snapshots = atomic_load(&peak_copies);
 }
 
-bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned depth, int32_t tid,
-                  void (*thread_name)(char out[16])) {
+int mp_table_add(uintptr_t p, size_t size, bool rounded, const uintptr_t* frames, unsigned depth, int32_t tid,
+                 void (*thread_name)(char out[16])) {
   uint64_t h = hash_stack(size, frames, depth, tid);
   bucket_shard_t* bs = &bshards[bucket_shard_of(tid)];
   mp_lock(&bs->lock);
   unsigned generation = atomic_load(&mp_state.generation);
   if (!atomic_load_explicit(&mp_state.running, memory_order_acquire)) { /* raced with stop */
     mp_unlock(&bs->lock);
-    return true;
+    return 0;
   }
   mp_bucket_t* b = bucket_find(bs, h, size, frames, depth, tid);
   if (b == NULL) { /* a new bucket: its thread's name and the perf map's size are read with no lock held */
@@ -323,13 +333,13 @@ bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned de
     mp_lock(&bs->lock);
     if (!atomic_load_explicit(&mp_state.running, memory_order_acquire) || atomic_load(&mp_state.generation) != generation) {
       mp_unlock(&bs->lock);
-      return true;
+      return 0;
     }
     b = bucket_get(bs, h, size, frames, depth, tid, name, jit_map_bytes);
   }
   if (b == NULL) {
     mp_unlock(&bs->lock);
-    return false;
+    return -1;
   }
   b->live++;
   b->allocs++;
@@ -341,55 +351,74 @@ bool mp_table_add(uintptr_t p, size_t size, const uintptr_t* frames, unsigned de
   mp_lock(&rs->lock);
   if (!atomic_load(&mp_state.running) || atomic_load(&mp_state.generation) != generation) {
     mp_unlock(&rs->lock);
-    return true;
+    return 0;
   }
   bool ok = true, peaked = false;
   size_t j = record_find(rs, p);
   if (j < rs->cap) { /* a record whose free was never seen (freed behind our back) */
-    (void)est_change(rs, -estimate_of(rs->slots[j].bucket->size));
-    bucket_release_live(rs->slots[j].bucket);
-    rs->slots[j].bucket = b;
-  } else if ((rs->count + 1) * 2 > rs->cap && !record_grow(rs)) {
+    (void)est_change(rs, -estimate_of(rec_bucket(&rs->slots[j])->size));
+    bucket_release_live(rec_bucket(&rs->slots[j]));
+    rs->slots[j].tagged = rec_tag(b, rounded);
+  } else if ((*count_of(rs) + 1) * 2 > rs->cap && !record_grow(rs)) {
     ok = false;
     bucket_release_live(b);
   } else {
     j = record_home(p, rs->cap);
     while (rs->slots[j].addr != 0) j = (j + 1) & (rs->cap - 1);
     rs->slots[j].addr = p;
-    rs->slots[j].bucket = b;
-    rs->count++;
+    rs->slots[j].tagged = rec_tag(b, rounded);
+    __atomic_store_n(count_of(rs), *count_of(rs) + 1, __ATOMIC_RELAXED);
   }
   if (ok) peaked = est_change(rs, estimate_of(size));
   mp_unlock(&rs->lock);
   if (peaked) peak_copy(generation);
-  return ok;
+  return ok ? 1 : -1;
 }
 
-size_t mp_table_remove(uintptr_t p) {
+mp_recorded_t mp_table_remove(uintptr_t p) {
+  mp_recorded_t r = {0, false};
+  if (!mp_table_may_hold(p)) return r;
   record_shard_t* rs = record_shard(p);
-  size_t size = 0;
   mp_lock(&rs->lock);
   size_t j = record_find(rs, p);
   if (j < rs->cap) {
-    mp_bucket_t* b = rs->slots[j].bucket;
+    mp_bucket_t* b = rec_bucket(&rs->slots[j]);
+    r = rec_of(&rs->slots[j]);
     record_delete(rs, j);
-    size = b->size;
-    (void)est_change(rs, -estimate_of(size));
+    (void)est_change(rs, -estimate_of(b->size));
     bucket_release_live(b);
   }
   mp_unlock(&rs->lock);
-  return size;
+  return r;
+}
+
+mp_recorded_t mp_table_lookup(uintptr_t p) {
+  mp_recorded_t r = {0, false};
+  if (!mp_table_may_hold(p)) return r;
+  record_shard_t* rs = record_shard(p);
+  mp_lock(&rs->lock);
+  size_t j = record_find(rs, p);
+  if (j < rs->cap) r = rec_of(&rs->slots[j]);
+  mp_unlock(&rs->lock);
+  return r;
 }
 
 /* ---- whole-table operations ----------------------------------------------------------------- */
 /* Records first, then buckets: once no record is left, nothing can reach a bucket. */
-void mp_table_clear(void) {
+int64_t mp_table_clear(void) {
+  int64_t whole = 0;
   for (unsigned i = 0; i < RSHARDS; i++) {
     record_shard_t* rs = &rshards[i];
     mp_lock(&rs->lock);
+    for (size_t j = 0; j < rs->cap; j++) {
+      if (rs->slots[j].addr == 0) continue;
+      const void* p = (const void*)rs->slots[j].addr;
+      whole += (int64_t)(mp_block_bytes(p, (mp_recorded_t){0, false}) - mp_block_bytes(p, rec_of(&rs->slots[j])));
+    }
     mp_os_free(rs->slots, rs->cap * sizeof(record_t));
     rs->slots = NULL;
-    rs->cap = rs->count = 0;
+    rs->cap = 0;
+    __atomic_store_n(count_of(rs), 0, __ATOMIC_RELAXED);
     rs->pending = 0;
     mp_unlock(&rs->lock);
   }
@@ -408,6 +437,7 @@ void mp_table_clear(void) {
   atomic_store(&peak_ns, 0);
   atomic_store(&peak_next, PEAK_MIN_STEP);
   atomic_store(&peak_copies, 0);
+  return whole;
 }
 
 /* Buckets left with no live sample retire (no record points at them). */
@@ -451,8 +481,8 @@ void mp_table_child_reinit(void) {
 }
 
 #if MP_DEBUG_ON
-/* Debug builds: the record <-> bucket invariant, with every lock held. Each record points
- * into the arena at a linked bucket, and a bucket's `live` is at least the number of
+/* Debug builds: the record <-> bucket invariant, with every lock held. Each record's address
+ * is one that free's filter passes on, and it points at a linked bucket, and a bucket's `live` is at least the number of
  * records that point at it (the rest are adds under way, between their two sections). */
 static bool bucket_linked(const mp_bucket_t* b) {
   const bucket_shard_t* bs = &bshards[bucket_shard_of(b->tid)];
@@ -463,8 +493,6 @@ static bool bucket_linked(const mp_bucket_t* b) {
 
 void mp_table_check(void) {
   mp_table_lock_all();
-  uintptr_t lo, size;
-  mp_arena_range(&lo, &size);
   for (unsigned i = 0; i < SHARDS; i++) {
     bucket_shard_t* bs = &bshards[i];
     size_t count = 0;
@@ -483,11 +511,11 @@ void mp_table_check(void) {
       if (rs->slots[j].addr == 0) continue;
       count++;
       mp_assert(record_shard(rs->slots[j].addr) == rs);
-      mp_assert(rs->slots[j].addr - lo < size);
-      mp_assert(bucket_linked(rs->slots[j].bucket));
-      rs->slots[j].bucket->refs++;
+      mp_assert((rs->slots[j].addr & mp_sample_mask) == 0); /* sampler.c: what free's filter passes on */
+      mp_assert(bucket_linked(rec_bucket(&rs->slots[j])));
+      rec_bucket(&rs->slots[j])->refs++;
     }
-    mp_assert(count == rs->count && (rs->cap == 0 || 2 * count <= rs->cap));
+    mp_assert(count == *count_of(rs) && (rs->cap == 0 || 2 * count <= rs->cap));
   }
   for (unsigned i = 0; i < SHARDS; i++)
     for (size_t k = 0; k < bshards[i].index_cap; k++)

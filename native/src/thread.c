@@ -99,7 +99,7 @@ static void on_thread_exit(void* value) {
 #ifdef MP_TEST_HOOKS
   if (!mp_test_hook("MP_TEST_SKIP_THREAD_EXIT")) /* the churn gate's control */
 #endif
-    mp_arena_thread_exit();
+    t->exiting = true; /* a later TLS destructor's allocation would register it again */
   unregister(t);
   mp_profiler_leave(t, guard);
 }

@@ -39,7 +39,7 @@ export interface NativeResident {
   allocatorResident: number;
   /** Bytes mapped that the record could not take. */
   untracked: number;
-  /** Resident in the sample arena, where sampled blocks live. */
+  /** Always 0: sampled blocks live in mimalloc's heap (the field stays in the C struct). */
   arenaResident: number;
   profilerBytes: number;
   /** Who mapped the recorded memory: each owner object by its load address ("0x…"; "0x0" unknown). */

@@ -163,17 +163,15 @@ function measureOnce(addon: NativeAddon, heap: V8HeapFigures): RssBreakdown {
   }
   const exact = stats.memoryEvents ? stats.exactLiveBytes : undefined;
   const inUse = exact ?? stats.estimatedLiveBytes;
-  const sampled = stats.liveSampledBytes;
-  const arena = resident?.arenaResident ?? 0;
   const known = resident !== null && resident.allocatorKnown && byOwner.runtime > 0;
   // mimalloc's part from the library's own sum: the owners' list stops at 256 objects
   if (known) byOwner.allocator = resident.allocatorResident;
-  // the arena holds the sampled blocks (native memory in use) and, beyond them, the profiler's
-  const profiler = (known ? byOwner.profiler : stats.profilerBytes) + Math.max(0, arena - sampled);
+  // sampled blocks live in mimalloc's heap with the rest (native memory in use)
+  const profiler = known ? byOwner.profiler : stats.profilerBytes;
   // without owners (glibc < 2.35): V8's figure for this thread's heap stands in for the runtime
   const runtime = known ? byOwner.runtime : heap.resident;
   const accounted = known
-    ? byOwner.runtime + byOwner.allocator + byOwner.profiler + byOwner.library + arena + code + stacks
+    ? byOwner.runtime + byOwner.allocator + byOwner.profiler + byOwner.library + code + stacks
     : runtime + inUse + profiler + code + stacks;
   return {
     rss,
@@ -183,7 +181,7 @@ function measureOnce(addon: NativeAddon, heap: V8HeapFigures): RssBreakdown {
     nativeInUse: stats.estimatedLiveBytes,
     nativeStdError: stats.estimatedLiveBytesStdError ?? 0,
     ...(exact !== undefined ? { nativeExact: exact } : {}),
-    ...(known ? { allocatorOverhead: byOwner.allocator + Math.min(arena, sampled) - inUse, libraries: byOwner.library } : {}),
+    ...(known ? { allocatorOverhead: byOwner.allocator - inUse, libraries: byOwner.library } : {}),
     ...(libraries.size > 0 ? { libraryNames: [...libraries].sort((a, b) => b[1] - a[1]).map(([name, bytes]) => ({ name, bytes })) } : {}),
     profiler,
     code,

@@ -34,7 +34,7 @@ export interface RssBreakdown {
   libraries?: number;
   /** The same by library, largest first (not carried in a profile's comment). */
   libraryNames?: { name: string; bytes: number }[];
-  /** The profiler's own memory: its tables, and the sample arena beyond its live blocks. */
+  /** The profiler's own memory: its tables. */
   profiler: number;
   /** File-backed mappings: executables, libraries, mapped files. */
   code: number;
@@ -109,7 +109,7 @@ export function formatRssLines(b: RssBreakdown, human: (n: number) => string): s
         ? `exact (memory events); the estimate is ${human(b.nativeInUse)} ± ${human(b.nativeStdError)}`
         : `estimate ± ${human(b.nativeStdError)} (1 standard error)`,
     'allocator overhead': "mimalloc's resident memory beyond what is in use",
-    profiler: 'its tables and the sample arena beyond its live blocks',
+    profiler: 'its tables',
     'code and mapped files': 'executables, libraries, mapped files',
     'thread stacks': '',
     other: b.allocatorOverhead === undefined ? "anything else, mimalloc's free memory included (not told apart here)" : 'mapped without libc (the loader, raw system calls)',

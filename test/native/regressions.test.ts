@@ -97,6 +97,36 @@ test('positive control: without the resync (MP_TEST_SKIP_RESYNC=1) the counters 
   assert.notEqual(kv.num('exact_accum_objects'), 2200);
 });
 
+function eventsStop(lib: string, env: Record<string, string> = {}) {
+  const r = runUnder(lib, build('events_stop'), [], { MIMALLOC_PROF: '1', MIMALLOC_PROF_SAMPLE_INTERVAL: '1', MIMALLOC_MEMORY_EVENTS: '1', ...env }, 30_000);
+  assert.equal(r.status, 0, r.stderr);
+  return new KV(r.stdout);
+}
+
+test(`sampled blocks of a larger size class count as unsampled, and the exact counters survive a stop (${mimallocLabel})`, (t) => {
+  const kv = eventsStop(libDir);
+  t.diagnostic(kv.text.trim().replace(/\n/g, ' '));
+  const N = 1000;
+  assert.equal(kv.num('live_samples'), N); // interval 1: every block sampled
+  assert.equal(kv.num('placed'), N); // ... and placed where free's filter looks
+  // while recorded: what an unsampled 100-B block has, to the byte
+  assert.equal(kv.num('usable'), N * kv.num('unsampled'));
+  assert.equal(kv.num('live1') - kv.num('live0'), kv.num('usable'));
+  // after the stop the blocks count their whole mimalloc blocks, in the counters as in
+  // malloc_usable_size (the case this test is for: they took a larger size class)
+  assert.ok(kv.num('usable_after_stop') > kv.num('usable'), 'the blocks did not take a larger size class');
+  assert.equal(kv.num('live2') - kv.num('live0'), kv.num('usable_after_stop'));
+  // the frees after the stop bring the live figures back
+  assert.equal(kv.num('live3'), kv.num('live0'));
+  assert.equal(kv.num('objects3'), kv.num('objects0'));
+});
+
+test('positive control: a stop that drops the blocks\' larger sizes (MP_TEST_STOP_DROPS_WHOLE=1) leaves the live bytes wrong', () => {
+  const kv = eventsStop(buildTestHooks(), { MP_TEST_STOP_DROPS_WHOLE: '1' });
+  assert.equal(kv.num('live_samples'), 1000);
+  assert.notEqual(kv.num('live3'), kv.num('live0'));
+});
+
 test('interval 1 records every allocation with weight 1', (t) => {
   const r = runPreloaded(build('interval_one'), [], {}, 60_000);
   assert.equal(r.status, 0, r.stderr);

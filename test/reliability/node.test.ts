@@ -5,7 +5,7 @@
  * at-exit profile must be valid. test/reliability/node-gate.mjs does the
  * work (`--runs 50` gives the figures in docs/reliability.md).
  * Control: the test-hooks library with MP_TEST_SHARED_HEAP=1 allocates every thread's samples
- * from one arena heap, as this library once did. mimalloc heaps are bound to the thread that
+ * from one mimalloc heap, as this library once did. mimalloc heaps are bound to the thread that
  * made them (2.x, and 3.x before 3.2.6), so that corrupts mimalloc's page queues: the same
  * gate must see Node crash. */
 import assert from 'node:assert/strict';

@@ -107,8 +107,8 @@ describe('Node-API async work: sharp (libvips) resizing from one async function'
 });
 
 describe('crypto, fs and dns work from named functions, profiled in-process (allocated bytes)', () => {
-  // under 32 MiB: mimalloc 3's arenas hold no block of 32 MiB or more, so the library drops
-  // (and counts) such samples there
+  // 24 MiB: a file read in one block, sampled with p = 1 - exp(-48) (a sample-arena limit of
+  // mimalloc 3 once dropped blocks of 32 MiB or more; they now live in the program's heap)
   const FILE_BYTES = 24 << 20;
   const profile = (env: Record<string, string>) => {
     const dir = tempDir('mpp-pool-api-');

@@ -120,7 +120,7 @@ typedef struct mi_prof_stats_s {
   double estimated_accum_bytes;  /* unsampled */
   double estimated_accum_objects;
   uint64_t unique_stacks;
-  uint64_t dropped_samples;      /* profiler memory budget, arena exhaustion, thread exit */
+  uint64_t dropped_samples;      /* profiler memory budget, thread exit, allocation failure */
   uint64_t profiler_bytes;       /* OS memory held by the profiler */
   /* exact counters (memory events) */
   bool memory_events;
@@ -153,7 +153,7 @@ typedef struct mi_prof_mapping_owner_s {
 } mi_prof_mapping_owner_t;
 
 /* Describes up to `cap` owners in `owners`; returns how many it described, or cap + 1 when
- * there were more (left out). The sample arena is not in these figures. */
+ * there were more (left out). */
 mi_prof_export size_t mi_prof_mapping_owners(mi_prof_mapping_owner_t* owners, size_t cap);
 
 #define MI_PROF_RESIDENT_VERSION 1u
@@ -162,11 +162,11 @@ typedef struct mi_prof_resident_s {
   uint32_t size;                 /* set by the caller: sizeof(mi_prof_resident_t) */
   uint32_t version;              /* set by the caller: MI_PROF_RESIDENT_VERSION */
   bool allocator_known;          /* false: the allocator_* figures are not available */
-  uint64_t allocator_mapped;     /* address space mimalloc holds from the OS (arena excluded) */
+  uint64_t allocator_mapped;     /* address space mimalloc holds from the OS (sampled blocks too) */
   uint64_t allocator_resident;   /* of which resident now */
   uint64_t untracked;            /* bytes mapped that the record could not take (full, or
                                     mapped inside a signal handler that interrupted a recording) */
-  uint64_t arena_resident;       /* resident in the sample arena (sampled blocks live there) */
+  uint64_t arena_resident;       /* 0: sampled blocks live in mimalloc's heap (kept for the layout) */
   uint64_t profiler_bytes;       /* the profiler's own tables (OS memory held) */
 } mi_prof_resident_t;
 
