@@ -1,8 +1,8 @@
 /** Gate 1, thread churn (docs/reliability.md): 10 000 threads created and joined with
  * profiling on at 4 KiB leave no trace: RSS grows by at most 16 MiB, the live sample records
  * return to their baseline, the profiler's own memory and buckets do not grow with the
- * threads, and every thread's sample heap is released before mimalloc's thread teardown (the
- * sample a TLS destructor takes after that point is dropped, not placed in a deleted heap).
+ * threads, and no sample is taken once a thread's teardown began (the sample a TLS destructor
+ * takes after the library's key destructor is dropped, and the thread is not registered again).
  * Control: the test-hooks build with MP_TEST_SKIP_THREAD_EXIT=1 (the trampoline's cleanup
  * skipped) fails the gate. */
 import assert from 'node:assert/strict';
