@@ -167,13 +167,23 @@ void mi_prof_stop(void) {
   if (atomic_load(&mp_state.running)) {
     mp_table_check();
     atomic_store(&mp_state.running, false);
-    mp_filter_update(false);
-    /* Blocks whose records go now count their whole usable size from here on (sampler.c). */
-    int64_t whole = mp_table_clear();
+    /* The records go before the filter narrows: until then every free of a recorded block
+     * takes its record first, under the shard lock that the clear holds while it reads the
+     * block, and no record outlives its block. Blocks whose records go count their whole
+     * usable size from here on (sampler.c). */
+    bool events = atomic_load(&mp_events_on);
+#ifdef MP_TEST_HOOKS
+    bool narrow_first = mp_test_hook("MP_TEST_STOP_NARROWS_FIRST"); /* the stop race's control */
+    if (narrow_first) mp_filter_update(false);
+    int64_t whole = mp_table_clear(events || narrow_first);
+#else
+    int64_t whole = mp_table_clear(events);
+#endif
 #ifdef MP_TEST_HOOKS
     if (mp_test_hook("MP_TEST_STOP_DROPS_WHOLE")) whole = 0; /* the exact counters' control */
 #endif
-    if (atomic_load(&mp_events_on)) atomic_fetch_add(&mp_exact.live_bytes, whole);
+    if (events) atomic_fetch_add(&mp_exact.live_bytes, whole);
+    mp_filter_update(false);
   }
   mp_unlock(&mp_api_lock);
   mp_profiler_leave(&mp_tls, guard);

@@ -377,14 +377,17 @@ static inline unsigned mp_record_shard_of(uintptr_t p) {
 }
 /* Any thread, no lock: false only if p has no record. A record of p is added before the
  * sampled block is returned, and the free of p comes after that return in the program's own
- * order, so its shard's count is at least 1 for as long as the record exists. */
+ * order, so its shard's count is at least 1 for as long as the record exists. (That order is
+ * happens-before when the program hands p over with a lock or release/acquire; a hand-over
+ * by relaxed atomics gets it from x86's ordering, not from C11.) */
 static inline bool mp_table_may_hold(uintptr_t p) {
   return __atomic_load_n(&mp_record_counts[mp_record_shard_of(p)].n, __ATOMIC_RELAXED) != 0;
 }
 mp_recorded_t mp_table_lookup(uintptr_t p); /* takes p's shard lock: inside a sampler section only */
-/* Stop: drop everything. Returns the bytes the dropped records' blocks count for beyond what
- * they counted while recorded (mp_block_bytes), for the exact counters. */
-int64_t mp_table_clear(void);
+/* Stop: drop everything. With `whole`, returns the bytes the dropped records' blocks count for
+ * beyond what they counted while recorded (mp_block_bytes), for the exact counters: the filter
+ * must still pass every recorded block then (api.c), so that none is freed meanwhile. */
+int64_t mp_table_clear(bool whole);
 void mp_table_reset_accum(void);
 void mp_table_lock_all(void);     /* fork */
 void mp_table_unlock_all(void);

@@ -68,7 +68,7 @@ static inline __attribute__((always_inline)) bool filtered(const void* p) {
 hit:
   return true;
 #else
-  return mp_unlikely(((uintptr_t)p & mp_filter_mask) == 0);
+  return mp_unlikely(((uintptr_t)p & __atomic_load_n(&mp_filter_mask, __ATOMIC_RELAXED)) == 0);
 #endif
 }
 

@@ -160,10 +160,10 @@ typedef struct change_s {
  * whose record goes while it lives (a stop) counts its whole usable size from then on:
  * mp_table_clear returns the difference, which the stop adds to the exact counters. */
 size_t mp_block_bytes(const void* p, mp_recorded_t r) {
-  size_t usable = mi_usable_size(p);
-  if (!r.rounded) return usable;
-  size_t unsampled = mi_good_size(r.size); /* mimalloc's usable size of r.size (small, medium) */
-  return unsampled < usable ? unsampled : usable;
+  /* mimalloc's usable size of r.size (small, medium); never above the rounded block's, and
+   * not read from the block: mimalloc 3.0.1 changes the usable size of some live blocks. */
+  if (r.rounded) return mi_good_size(r.size);
+  return mi_usable_size(p);
 }
 
 static change_t count_alloc(void* p, mp_recorded_t r) {
@@ -209,7 +209,9 @@ void mp_sampler_measure(void) {
   void* probe = mi_malloc(MP_SAMPLE_GRAIN * 16);
   uintptr_t offset = (uintptr_t)probe & (MP_SAMPLE_GRAIN - 1);
   mi_free(probe);
-  mp_sample_mask = (MP_SAMPLE_GRAIN - 1) & ~offset;
+  /* Relaxed: it only ever narrows, before the first record (a free with memory events on
+   * may read it meanwhile, and then finds no record either way). */
+  __atomic_store_n(&mp_sample_mask, (MP_SAMPLE_GRAIN - 1) & ~offset, __ATOMIC_RELAXED);
   measured = true;
 }
 
@@ -217,7 +219,7 @@ void mp_sampler_measure(void) {
  * record at a given moment, so the unsampled blocks that pass (about one in 4096 / size of the
  * small ones, and every large one) mostly cost one load here. */
 static bool maybe_sampled(const void* p) {
-  return ((uintptr_t)p & mp_sample_mask) == 0 && mp_table_may_hold((uintptr_t)p);
+  return ((uintptr_t)p & __atomic_load_n(&mp_sample_mask, __ATOMIC_RELAXED)) == 0 && mp_table_may_hold((uintptr_t)p);
 }
 
 static inline size_t round_to_grain(size_t size) {
@@ -323,15 +325,15 @@ static void* sampled_alloc(mp_thread_t* t, size_t size, size_t align, bool zero,
   void* p = sample_alloc(t, size, align, zero, &rounded);
   /* A block that ends up without a record counts its whole usable size (mp_block_bytes). */
   *recorded = (mp_recorded_t){0, false};
-  if (p == NULL) {
-    p = plain_alloc(size, align, zero);
-    if (p != NULL) mp_count_dropped();
-  } else {
-    int added = mp_table_add((uintptr_t)p, size, rounded, frames, depth, thread_id(t), thread_name);
-    if (added > 0) *recorded = (mp_recorded_t){size, rounded};
-    else if (added < 0) mp_count_dropped();
+  int added = p == NULL ? -1 : mp_table_add((uintptr_t)p, size, rounded, frames, depth, thread_id(t), thread_name);
+  if (added > 0) {
+    *recorded = (mp_recorded_t){size, rounded};
+    return p;
   }
-  return p;
+  if (added < 0) mp_count_dropped(); /* 0: the profiler stopped meanwhile */
+  if (p != NULL && !rounded) return p;
+  if (p != NULL) mi_free(p); /* a rounded block without its record would show its rounding */
+  return plain_alloc(size, align, zero);
 }
 
 /* A sampler section: in_sample is set before in_profiler and cleared after it, so that a
@@ -447,6 +449,14 @@ static mp_noinline void free_watched(void* p, bool events) {
   report(MP_EVENT_FREE, change, 0);
 }
 
+/* A failed realloc of a sampled block: p stays, without the record it lost, so it counts its
+ * whole usable size from now on (mp_block_bytes) and its sample is dropped. */
+static void kept_unrecorded(void* p, mp_recorded_t lost, size_t counted, bool events) {
+  if (lost.size == 0) return;
+  mp_count_dropped();
+  if (events) atomic_fetch_add_explicit(&mp_exact.live_bytes, (long long)(mi_usable_size(p) - counted), memory_order_relaxed);
+}
+
 mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
   mp_thread_t* t = &mp_tls;
   caller_t c = CALLER_OF(__builtin_frame_address(0), ra);
@@ -471,12 +481,12 @@ mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
       size_t keep = mi_usable_size(p);
       memcpy(q, p, keep < size ? keep : size);
       mi_free(p);
-    } else if (old_recorded.size != 0) { /* p stays, without its record: it counts whole now */
-      mp_count_dropped();
-      if (events) atomic_fetch_add_explicit(&mp_exact.live_bytes, (long long)(mi_usable_size(p) - old_usable), memory_order_relaxed);
+    } else {
+      kept_unrecorded(p, old_recorded, old_usable, events);
     }
   } else {
     q = mi_realloc(p, size);
+    if (q == NULL) kept_unrecorded(p, old_recorded, old_usable, events);
   }
   change_t change = {0};
   if (events && q != NULL) {

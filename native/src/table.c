@@ -405,12 +405,12 @@ mp_recorded_t mp_table_lookup(uintptr_t p) {
 
 /* ---- whole-table operations ----------------------------------------------------------------- */
 /* Records first, then buckets: once no record is left, nothing can reach a bucket. */
-int64_t mp_table_clear(void) {
+int64_t mp_table_clear(bool with_whole) {
   int64_t whole = 0;
   for (unsigned i = 0; i < RSHARDS; i++) {
     record_shard_t* rs = &rshards[i];
     mp_lock(&rs->lock);
-    for (size_t j = 0; j < rs->cap; j++) {
+    for (size_t j = 0; with_whole && j < rs->cap; j++) {
       if (rs->slots[j].addr == 0) continue;
       const void* p = (const void*)rs->slots[j].addr;
       whole += (int64_t)(mp_block_bytes(p, (mp_recorded_t){0, false}) - mp_block_bytes(p, rec_of(&rs->slots[j])));

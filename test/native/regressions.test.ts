@@ -128,6 +128,20 @@ test('positive control: a stop that drops the blocks\' larger sizes (MP_TEST_STO
   assert.notEqual(kv.num('live3'), kv.num('live0'));
 });
 
+test(`stops racing frees of huge sampled blocks on four threads: no crash (${mimallocLabel})`, (t) => {
+  const r = runUnder(libDir, build('stop_race'), ['500'], {}, 60_000);
+  t.diagnostic(`status ${r.status} signal ${r.signal}`);
+  assert.equal(r.signal, null, r.stderr);
+  assert.equal(r.status, 0, r.stderr);
+  assert.equal(r.stdout.trim(), 'ok');
+});
+
+test('positive control: a stop that narrows the filter before it drops the records (MP_TEST_STOP_NARROWS_FIRST=1) crashes', (t) => {
+  const r = runUnder(buildTestHooks(), build('stop_race'), ['500'], { MP_TEST_STOP_NARROWS_FIRST: '1' }, 60_000);
+  t.diagnostic(`status ${r.status} signal ${r.signal}`);
+  assert.ok(r.signal !== null || r.status !== 0, 'the check above would not have caught the race');
+});
+
 test('interval 1 records every allocation with weight 1', (t) => {
   const r = runPreloaded(build('interval_one'), [], {}, 60_000);
   assert.equal(r.status, 0, r.stderr);
