@@ -375,7 +375,8 @@ int mp_table_add(uintptr_t p, size_t size, bool rounded, const uintptr_t* frames
   return ok ? 1 : -1;
 }
 
-mp_recorded_t mp_table_remove(uintptr_t p) {
+/* p's record (size 0: none), and with `remove` its removal. */
+static mp_recorded_t record_take(uintptr_t p, bool remove) {
   mp_recorded_t r = {0, false};
   if (!mp_table_may_hold(p)) return r;
   record_shard_t* rs = record_shard(p);
@@ -384,24 +385,18 @@ mp_recorded_t mp_table_remove(uintptr_t p) {
   if (j < rs->cap) {
     mp_bucket_t* b = rec_bucket(&rs->slots[j]);
     r = rec_of(&rs->slots[j]);
-    record_delete(rs, j);
-    (void)est_change(rs, -estimate_of(b->size));
-    bucket_release_live(b);
+    if (remove) {
+      record_delete(rs, j);
+      (void)est_change(rs, -estimate_of(b->size));
+      bucket_release_live(b);
+    }
   }
   mp_unlock(&rs->lock);
   return r;
 }
 
-mp_recorded_t mp_table_lookup(uintptr_t p) {
-  mp_recorded_t r = {0, false};
-  if (!mp_table_may_hold(p)) return r;
-  record_shard_t* rs = record_shard(p);
-  mp_lock(&rs->lock);
-  size_t j = record_find(rs, p);
-  if (j < rs->cap) r = rec_of(&rs->slots[j]);
-  mp_unlock(&rs->lock);
-  return r;
-}
+mp_recorded_t mp_table_remove(uintptr_t p) { return record_take(p, true); }
+mp_recorded_t mp_table_lookup(uintptr_t p) { return record_take(p, false); }
 
 /* ---- whole-table operations ----------------------------------------------------------------- */
 /* Records first, then buckets: once no record is left, nothing can reach a bucket. */
