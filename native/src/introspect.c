@@ -19,8 +19,8 @@
  *            and free blocks together. mimalloc gets it all with mmap, but none of it is a
  *            per-block mapping in glibc's sense (hblks), so it is all arena.
  *            mimalloc's counter can fall behind: before 2.1.2 (Debian 12 ships 2.0.9) freeing
- *            a segment of an arena that allows decommit, i.e. the profiler's sample arena
- *            (reserved uncommitted, arena.c), subtracts its committed bytes twice
+ *            a segment of an arena that allows decommit (the profiler's sample arena was
+ *            one, reserved uncommitted, until 2026-12-03), subtracts its committed bytes twice
  *            (mi_segment_os_free, then _mi_arena_free's _mi_os_decommit), and 3.0.1 drifts
  *            down slightly too (a purged page used again is not counted again). So a
  *            negative counter reads 0, and `arena` is never below a known uordblks
