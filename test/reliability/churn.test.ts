@@ -55,7 +55,7 @@ function churnGate(libDir: string, env: Record<string, string> = {}): Verdict {
     `${base('unique_stacks')} -> ${end('unique_stacks')} (limit +${BUCKET_GROWTH_MAX})`,
   );
   check(
-    'teardown samples dropped (thread heap released)',
+    'teardown samples dropped (no sample once a thread ends)',
     end('dropped_samples') >= end('threads'),
     `${end('dropped_samples')} of ${end('threads')} threads`,
   );

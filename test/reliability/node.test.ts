@@ -37,7 +37,7 @@ test(`Node gate: 10 profiled runs of the Node workload at 32 KiB and 5 at 4 KiB,
   }
 });
 
-test('positive control: one sample heap shared by every thread (MP_TEST_SHARED_HEAP=1) makes the Node gate fail', (t) => {
+test('positive control: one mimalloc heap for all threads\' samples (MP_TEST_SHARED_HEAP=1) makes the Node gate fail', (t) => {
   // at 4 KiB (many more sampled blocks cross threads) the shared heap crashed 8 of 10 runs on
   // 3.0.1 and 10 of 10 on 2.0.9; at 32 KiB 1 of 10 and 3 of 10
   const r = gate(['--runs', '20', '--interval', '4k', '--stop-at-first', '--lib', buildTestHooks()], { MP_TEST_SHARED_HEAP: '1' });
