@@ -248,8 +248,9 @@ static void* shared_heap_alloc(size_t size, bool zero) {
  *  - else a block of the request rounded up to a multiple of 4 KiB, whose size class sits
  *    there on both majors (`rounded`: it counts as the request unsampled would, mp_block_bytes).
  *    At most 4 KiB more per live sample: at most 4 KiB / R of the live heap (0.8 % at 512 KiB).
- *    mimalloc's aligned allocation would also place it, but needs a size class of its own
- *    (1.056x peak RSS on the Node benchmark, against 1.032x), and on 3.0.1 aligned blocks
+ *    mimalloc's aligned allocation would also place it, but takes a size class of its own
+ *    (every sample so placed: 1.056x peak RSS on the Node benchmark; only those whose block
+ *    did not sit there: 1.032x; rounded instead: 1.024-1.030x), and on 3.0.1 aligned blocks
  *    exhaust memory in threads that come and go (docs/reliability.md);
  *  - an alignment above what that block has is asked of mimalloc at 4 KiB or more.
  * NULL (the sample is dropped) on an exiting thread (thread.c), or when no such block came. */
