@@ -172,17 +172,14 @@ void mi_prof_stop(void) {
      * block, and no record outlives its block. Blocks whose records go count their whole
      * usable size from here on (sampler.c). */
     bool events = atomic_load(&mp_events_on);
+    bool narrow_first = false, drop_whole = false; /* the controls of the stop's two rules */
 #ifdef MP_TEST_HOOKS
-    bool narrow_first = mp_test_hook("MP_TEST_STOP_NARROWS_FIRST"); /* the stop race's control */
+    narrow_first = mp_test_hook("MP_TEST_STOP_NARROWS_FIRST");
+    drop_whole = mp_test_hook("MP_TEST_STOP_DROPS_WHOLE");
+#endif
     if (narrow_first) mp_filter_update(false);
     int64_t whole = mp_table_clear(events || narrow_first);
-#else
-    int64_t whole = mp_table_clear(events);
-#endif
-#ifdef MP_TEST_HOOKS
-    if (mp_test_hook("MP_TEST_STOP_DROPS_WHOLE")) whole = 0; /* the exact counters' control */
-#endif
-    if (events) atomic_fetch_add(&mp_exact.live_bytes, whole);
+    if (events && !drop_whole) atomic_fetch_add(&mp_exact.live_bytes, whole);
     mp_filter_update(false);
   }
   mp_unlock(&mp_api_lock);

@@ -221,6 +221,8 @@ typedef struct mp_recorded_s {
   bool rounded;
 } mp_recorded_t;
 size_t mp_block_bytes(const void* p, mp_recorded_t r);
+/* What a live block counts for beyond mp_block_bytes once it loses its record r. */
+size_t mp_unrecorded_extra(const void* p, mp_recorded_t r);
 
 /* Flags of an allocation request. */
 #define MP_ZERO 1u     /* calloc */

@@ -157,13 +157,17 @@ typedef struct change_s {
 /* The usable bytes a block counts for: mimalloc's usable size, except that a recorded sample
  * rounded up to a larger size class (sample_alloc) counts what the same request unsampled has:
  * neither the exact counters nor malloc_usable_size may see profiling change a block. A block
- * whose record goes while it lives (a stop) counts its whole usable size from then on:
- * mp_table_clear returns the difference, which the stop adds to the exact counters. */
+ * whose record goes while it lives (a stop, a failed realloc) counts its whole usable size from
+ * then on, and the difference (mp_unrecorded_extra) goes to the exact counters at that moment. */
 size_t mp_block_bytes(const void* p, mp_recorded_t r) {
   /* mimalloc's usable size of r.size (small, medium); never above the rounded block's, and
    * not read from the block: mimalloc 3.0.1 changes the usable size of some live blocks. */
   if (r.rounded) return mi_good_size(r.size);
   return mi_usable_size(p);
+}
+
+size_t mp_unrecorded_extra(const void* p, mp_recorded_t r) {
+  return r.size == 0 ? 0 : mp_block_bytes(p, (mp_recorded_t){0, false}) - mp_block_bytes(p, r);
 }
 
 static change_t count_alloc(void* p, mp_recorded_t r) {
@@ -202,6 +206,7 @@ static void* plain_alloc(size_t size, size_t align, bool zero) {
  * filter's mask keeps the low 12 bits except the offset's, and passes blocks at the offset and
  * at the boundary itself. Measured once, before the first start. */
 uintptr_t mp_sample_mask = MP_SAMPLE_GRAIN - 1;
+static size_t rounded_align = MP_SAMPLE_GRAIN; /* the alignment every rounded block has */
 
 void mp_sampler_measure(void) {
   static bool measured;
@@ -209,17 +214,26 @@ void mp_sampler_measure(void) {
   void* probe = mi_malloc(MP_SAMPLE_GRAIN * 16);
   uintptr_t offset = (uintptr_t)probe & (MP_SAMPLE_GRAIN - 1);
   mi_free(probe);
+  rounded_align = offset == 0 ? MP_SAMPLE_GRAIN : offset & -offset;
   /* Relaxed: it only ever narrows, before the first record (a free with memory events on
    * may read it meanwhile, and then finds no record either way). */
   __atomic_store_n(&mp_sample_mask, (MP_SAMPLE_GRAIN - 1) & ~offset, __ATOMIC_RELAXED);
   measured = true;
 }
 
-/* Whether p may be a sampled block: only blocks the mask passes are, and most shards hold no
- * record at a given moment, so the unsampled blocks that pass (about one in 4096 / size of the
- * small ones, and every large one) mostly cost one load here. */
-static bool maybe_sampled(const void* p) {
-  return ((uintptr_t)p & __atomic_load_n(&mp_sample_mask, __ATOMIC_RELAXED)) == 0 && mp_table_may_hold((uintptr_t)p);
+/* Whether p sits where a sampled block can. */
+static inline bool at_sample_place(const void* p) {
+  return ((uintptr_t)p & __atomic_load_n(&mp_sample_mask, __ATOMIC_RELAXED)) == 0;
+}
+
+/* Whether p may be a sampled block: most shards hold no record at a given moment, so the
+ * unsampled blocks at a sample's place (about one in 4096 / size of the small ones, and every
+ * large one) mostly cost one load here. */
+static bool maybe_sampled(const void* p) { return at_sample_place(p) && mp_table_may_hold((uintptr_t)p); }
+
+/* Removes p's record, if it has one (size 0: none); the table answers at once for most. */
+static mp_recorded_t take_record(const void* p) {
+  return at_sample_place(p) ? mp_table_remove((uintptr_t)p) : (mp_recorded_t){0, false};
 }
 
 static inline size_t round_to_grain(size_t size) {
@@ -268,16 +282,12 @@ static void* sample_alloc(mp_thread_t* t, size_t size, size_t align, bool zero, 
   }
 #endif
   p = plain_alloc(size, align, zero);
-  if (p != NULL && ((uintptr_t)p & mp_sample_mask) != 0) {
+  if (p != NULL && !at_sample_place(p)) {
     mi_free(p);
-    uintptr_t offset = (MP_SAMPLE_GRAIN - 1) & ~mp_sample_mask;
-    uintptr_t natural = offset == 0 ? MP_SAMPLE_GRAIN : offset & -offset; /* a rounded block's alignment */
-    size_t rsize = round_to_grain(size);
-    if (align <= natural) p = zero ? mi_zalloc(rsize) : mi_malloc(rsize);
-    else if (align < MP_SAMPLE_GRAIN) align = MP_SAMPLE_GRAIN;
-    if (align > natural) p = zero ? mi_zalloc_aligned_at(rsize, align, 0) : mi_malloc_aligned_at(rsize, align, 0);
+    size_t rounded_req = align <= rounded_align ? 0 : align < MP_SAMPLE_GRAIN ? MP_SAMPLE_GRAIN : align;
+    p = plain_alloc(round_to_grain(size), rounded_req, zero);
     *rounded = true;
-    if (p != NULL && (((uintptr_t)p & mp_sample_mask) != 0 || (align != 0 && (uintptr_t)p % align != 0))) {
+    if (p != NULL && (!at_sample_place(p) || (align != 0 && (uintptr_t)p % align != 0))) {
       mi_free(p); /* not where the filter looks: dropped */
       p = NULL;
     }
@@ -367,7 +377,7 @@ unsigned mp_sample_capture(uintptr_t* frames, unsigned max, const caller_t* c, u
 static mp_recorded_t recorded_of(const void* p) {
   mp_recorded_t r = {0, false};
   mp_thread_t* t = &mp_tls;
-  if (!maybe_sampled(p) || t->in_profiler) return r; /* in the profiler a shard lock may be held */
+  if (!at_sample_place(p) || t->in_profiler) return r; /* in the profiler a shard lock may be held */
   bool was = enter_sample(t);
   r = mp_table_lookup((uintptr_t)p);
   leave_sample(t, was);
@@ -437,13 +447,13 @@ static mp_noinline void free_watched(void* p, bool events) {
   mp_thread_t* t = &mp_tls;
   bool guard = t->in_profiler;
   if (guard) {
-    if (maybe_sampled(p)) mp_table_remove((uintptr_t)p); /* the profiler's own free: not counted */
+    (void)take_record(p); /* the profiler's own free: not counted */
     mi_free(p);
     return;
   }
   bool was = enter_sample(t);
   /* Removed and counted in this order: the record decides the bytes (mp_block_bytes). */
-  mp_recorded_t recorded = maybe_sampled(p) ? mp_table_remove((uintptr_t)p) : (mp_recorded_t){0, false};
+  mp_recorded_t recorded = take_record(p);
   change_t change = events ? count_free(p, recorded) : (change_t){0};
   leave_sample(t, was);
   mi_free(p);
@@ -451,11 +461,11 @@ static mp_noinline void free_watched(void* p, bool events) {
 }
 
 /* A failed realloc of a sampled block: p stays, without the record it lost, so it counts its
- * whole usable size from now on (mp_block_bytes) and its sample is dropped. */
-static void kept_unrecorded(void* p, mp_recorded_t lost, size_t counted, bool events) {
+ * whole usable size from now on (mp_unrecorded_extra) and its sample is dropped. */
+static void kept_unrecorded(void* p, mp_recorded_t lost, bool events) {
   if (lost.size == 0) return;
   mp_count_dropped();
-  if (events) atomic_fetch_add_explicit(&mp_exact.live_bytes, (long long)(mi_usable_size(p) - counted), memory_order_relaxed);
+  if (events) atomic_fetch_add_explicit(&mp_exact.live_bytes, (long long)mp_unrecorded_extra(p, lost), memory_order_relaxed);
 }
 
 mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
@@ -472,7 +482,7 @@ mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
   bool events = tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed);
   bool sampled = decide(t, left, size);
   /* Forget the record first: an in-place result would otherwise keep a stale one. */
-  mp_recorded_t old_recorded = maybe_sampled(p) ? mp_table_remove((uintptr_t)p) : (mp_recorded_t){0, false};
+  mp_recorded_t old_recorded = take_record(p);
   size_t old_usable = events ? mp_block_bytes(p, old_recorded) : 0;
   mp_recorded_t recorded = {0, false};
   void* q;
@@ -483,11 +493,11 @@ mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
       memcpy(q, p, keep < size ? keep : size);
       mi_free(p);
     } else {
-      kept_unrecorded(p, old_recorded, old_usable, events);
+      kept_unrecorded(p, old_recorded, events);
     }
   } else {
     q = mi_realloc(p, size);
-    if (q == NULL) kept_unrecorded(p, old_recorded, old_usable, events);
+    if (q == NULL) kept_unrecorded(p, old_recorded, events);
   }
   change_t change = {0};
   if (events && q != NULL) {

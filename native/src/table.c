@@ -408,7 +408,7 @@ int64_t mp_table_clear(bool with_whole) {
     for (size_t j = 0; with_whole && j < rs->cap; j++) {
       if (rs->slots[j].addr == 0) continue;
       const void* p = (const void*)rs->slots[j].addr;
-      whole += (int64_t)(mp_block_bytes(p, (mp_recorded_t){0, false}) - mp_block_bytes(p, rec_of(&rs->slots[j])));
+      whole += (int64_t)mp_unrecorded_extra(p, rec_of(&rs->slots[j]));
     }
     mp_os_free(rs->slots, rs->cap * sizeof(record_t));
     rs->slots = NULL;
