@@ -43,6 +43,7 @@ typedef struct mp_lock_s {
 } mp_lock_t;
 #define MP_LOCK_INIT(lvl) {.held = 0, .level = (lvl)}
 void mp_lock(mp_lock_t* lock);
+bool mp_lock_briefly(mp_lock_t* lock); /* mp_lock that gives up after a short spin: false, not held */
 void mp_unlock(mp_lock_t* lock);
 void mp_lock_reset(mp_lock_t* lock); /* fork child only */
 void mp_locks_forget(void);          /* fork child only: this thread holds nothing (debug) */
@@ -328,6 +329,8 @@ _Static_assert(sizeof(mp_unwind_rule_t) == 8, "a rule packs into one cache word"
 /* The rule at code address pc (a return address minus one). Never allocates or locks. */
 void mp_unwind_rule(uintptr_t pc, mp_unwind_rule_t* out);
 void mp_unwind_child_reinit(void); /* fork child only */
+void mp_unwind_init(void);          /* once, before the first rule is asked */
+void mp_unwind_prefetch(uintptr_t pc); /* a hint that pc's rule is asked soon; no effect on results */
 
 /* ---- stack.c ---- */
 void mp_stack_init(void);          /* warm up the unwinder, learn our own text range */

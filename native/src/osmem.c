@@ -20,7 +20,8 @@ static size_t round_pages(size_t n) { return (n + MP_PAGE - 1) & ~(size_t)(MP_PA
  * allocator, page-aligned and zeroed as from mmap, so that an access out of bounds or after
  * mp_os_free in the tables and writers is reported, and memory never released is a leak. */
 #include <stdlib.h>
-static void* os_map(size_t size) {
+static void* os_map(size_t size, bool populate) {
+  (void)populate;
   void* p = aligned_alloc(MP_PAGE, size);
   return p == NULL ? MAP_FAILED : memset(p, 0, size);
 }
@@ -29,7 +30,9 @@ static void os_unmap(void* p, size_t size) {
   free(p);
 }
 #else
-static void* os_map(size_t size) { return mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0); }
+static void* os_map(size_t size, bool populate) {
+  return mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
+}
 static void os_unmap(void* p, size_t size) { munmap(p, size); }
 #endif
 
@@ -37,7 +40,7 @@ void mp_os_set_budget(size_t max_bytes) { atomic_store(&budget, max_bytes); }
 
 size_t mp_os_bytes(void) { return atomic_load_explicit(&held, memory_order_relaxed); }
 
-static void* os_alloc(size_t size, bool budgeted) {
+static void* os_alloc(size_t size, bool budgeted, bool populate) {
   if (size == 0) return NULL;
   size = round_pages(size);
   size_t max = budgeted ? atomic_load_explicit(&budget, memory_order_relaxed) : 0;
@@ -46,7 +49,7 @@ static void* os_alloc(size_t size, bool budgeted) {
     atomic_fetch_sub(&held, size);
     return NULL;
   }
-  void* p = os_map(size);
+  void* p = os_map(size, populate);
   if (p == MAP_FAILED) {
     atomic_fetch_sub(&held, size);
     return NULL;
@@ -54,11 +57,16 @@ static void* os_alloc(size_t size, bool budgeted) {
   return p;
 }
 
-void* mp_os_alloc(size_t size) { return os_alloc(size, true); }
+/* The tables' arrays are probed (read) before they are written. A read of a page that was
+ * never touched maps the kernel's shared zero page, and the first write then replaces it,
+ * which flushes that address from the TLB of every CPU running the process: an interprocessor
+ * interrupt per page, measured as the largest single cost of a sample on Node (bench/README.md).
+ * So their pages are made writable at once (MAP_POPULATE), as a write would have made them. */
+void* mp_os_alloc(size_t size) { return os_alloc(size, true, true); }
 
 /* For a dump's own short-lived buffers: a profile must stay writable once the budget that
  * limits what is kept is full. Still counted in mp_os_bytes while held. */
-void* mp_os_alloc_transient(size_t size) { return os_alloc(size, false); }
+void* mp_os_alloc_transient(size_t size) { return os_alloc(size, false, false); }
 
 void mp_os_free(void* p, size_t size) {
   if (p == NULL || size == 0) return;
@@ -81,7 +89,7 @@ void* mp_bump_alloc(mp_bump_t* bump, size_t size) {
   if (bump->cur == NULL || (size_t)(bump->end - bump->cur) < size) {
     size_t want = size + sizeof(chunk_t) + 16;
     if (want < MP_CHUNK) want = MP_CHUNK;
-    chunk_t* c = mp_os_alloc(want);
+    chunk_t* c = os_alloc(want, true, false); /* written before read: its pages are made as they are used */
     if (c == NULL) return NULL;
     c->size = round_pages(want);
     c->next = bump->chunks;

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <ucontext.h>
@@ -73,6 +74,7 @@ void mp_stack_init(void) {
   done = true;
   learn_text((void*)&mp_stack_capture, &self_text);
   learn_text((void*)&getpid, &libc_text);
+  mp_unwind_init();
   void* warm[4];
   (void)backtrace(warm, 4); /* loads libgcc_s now, not inside a sampled malloc */
 }
@@ -85,12 +87,42 @@ void mp_stack_init(void) {
  * start) would wait on that lock forever. The main thread's stack grows down to its rlimit:
  * its low bound is the top less the rlimit (at most 1 GiB). On an alternate signal stack
  * nothing is learned yet (the sample takes the checked frame-pointer path). */
+/* Linux >= 6.11 answers for one address with an ioctl on the maps file (PROCMAP_QUERY, whose
+ * layout is the kernel's ABI, spelled out here for older headers); a Node process's maps run
+ * to hundreds of lines, whose reading cost about 0.1 ms per thread's first sample. */
+struct mp_procmap_query {
+  uint64_t size, query_flags, query_addr, vma_start, vma_end, vma_flags, vma_page_size, vma_offset, inode;
+  uint32_t dev_major, dev_minor, vma_name_size, build_id_size;
+  uint64_t vma_name_addr, build_id_addr;
+};
+_Static_assert(sizeof(struct mp_procmap_query) == 104, "the kernel's struct procmap_query");
+#define MP_PROCMAP_QUERY 0xC0686611ul /* _IOWR('f', 17, struct procmap_query) */
+
+#if MP_UNWIND_CFI && defined(MP_TEST_HOOKS)
+static atomic_ullong bounds_by_query, bounds_by_text; /* how each thread's bounds were learned */
+#define COUNT_BOUNDS(how) atomic_fetch_add(&bounds_by_##how, 1)
+#else
+#define COUNT_BOUNDS(how) ((void)0)
+#endif
+
 static bool mapping_of(uintptr_t addr, uintptr_t* lo, uintptr_t* hi) {
   int saved = errno;
   int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     errno = saved;
     return false;
+  }
+  struct mp_procmap_query q = {.size = sizeof(q), .query_addr = addr}; /* flags 0: the mapping that covers addr */
+#ifdef MP_TEST_HOOKS
+  if (mp_test_hook("MP_TEST_MAPS_TEXT")) q.size = 0; /* the text's reading, as before Linux 6.11 */
+#endif
+  if (q.size != 0 && ioctl(fd, MP_PROCMAP_QUERY, &q) == 0 && q.vma_start <= addr && addr < q.vma_end) {
+    *lo = (uintptr_t)q.vma_start;
+    *hi = (uintptr_t)q.vma_end;
+    close(fd);
+    errno = saved;
+    COUNT_BOUNDS(query);
+    return true;
   }
   char buf[4096], head[48];
   size_t h = 0;
@@ -120,6 +152,7 @@ static bool mapping_of(uintptr_t addr, uintptr_t* lo, uintptr_t* hi) {
   }
   close(fd);
   errno = saved;
+  if (found) COUNT_BOUNDS(text);
   return found;
 }
 
@@ -224,7 +257,7 @@ static unsigned drop_own_frames(uintptr_t* frames, unsigned n) {
 static atomic_ullong checked, agreed, fell_back;
 static void mp_stack_count_fallback(void) { atomic_fetch_add(&fell_back, 1); }
 static void report_check(void) {
-  char line[96];
+  char line[160];
   size_t n = 0;
   const char* a = "unwind check: stacks=";
   memcpy(line + n, a, strlen(a));
@@ -238,6 +271,14 @@ static void report_check(void) {
   memcpy(line + n, c, strlen(c));
   n += strlen(c);
   n += mp_fmt_u64(line + n, atomic_load(&fell_back));
+  const char* d = " bounds_query=";
+  memcpy(line + n, d, strlen(d));
+  n += strlen(d);
+  n += mp_fmt_u64(line + n, atomic_load(&bounds_by_query));
+  const char* e = " bounds_text=";
+  memcpy(line + n, e, strlen(e));
+  n += strlen(e);
+  n += mp_fmt_u64(line + n, atomic_load(&bounds_by_text));
   line[n++] = '\n';
   (void)!write(2, line, n);
 }
@@ -255,6 +296,25 @@ static void check_against_reference(const uintptr_t* frames, unsigned n, unsigne
 #endif
 
 #if MP_UNWIND_CFI
+/* Asks for the cache slots of the return addresses that the frame-pointer chain from fp
+ * names, before the walk needs them one after the other. Between two samples the program
+ * has evicted the cache's lines, and the walk's lookups are serial (each pc comes from the
+ * step before), so a cold lookup per frame would wait for memory once per frame; asked for
+ * together, the waits overlap. Where a frame keeps no frame pointer the guess is wrong and
+ * costs a useless prefetch: results never depend on it. Reads only words of the stack,
+ * checked as fp_walk checks them. */
+static void prefetch_rules(uintptr_t pc, uintptr_t sp, uintptr_t fp, uintptr_t hi, unsigned max) {
+  mp_unwind_prefetch(pc - 1);
+  for (unsigned n = 1; n < max; n++) {
+    if (fp < sp || fp > hi - 2 * sizeof(uintptr_t) || (fp & 7) != 0) return;
+    uintptr_t ret = ((const uintptr_t*)fp)[1];
+    if (ret < 4096) return;
+    mp_unwind_prefetch(ret - 1);
+    sp = fp + 2 * sizeof(uintptr_t);
+    fp = ((const uintptr_t*)fp)[0];
+  }
+}
+
 /* The rule-driven walk from the caller's registers; frames[0] is pc already. *complete tells
  * whether it ended at the outermost frame (or at `max`) rather than on a step it could not
  * take. */
@@ -331,6 +391,7 @@ unsigned mp_stack_capture(uintptr_t* frames, unsigned max, void* ra, uintptr_t s
   uintptr_t here = (uintptr_t)__builtin_frame_address(0);
   if (here >= t->stack_lo && here < t->stack_hi && sp > here && sp <= t->stack_hi) {
     bool complete;
+    prefetch_rules((uintptr_t)ra, sp, fp, t->stack_hi, max);
     unsigned n = rule_walk(frames, max, (uintptr_t)ra, sp, fp, t->stack_hi, stop_sp == 0 ? UINTPTR_MAX : stop_sp,
                            &complete);
 #ifdef MP_TEST_HOOKS

@@ -276,7 +276,14 @@ static bool est_change(record_shard_t* rs, int64_t delta) {
  * is held here. */
 static void peak_copy(unsigned generation) {
   if (atomic_exchange_explicit(&peak_busy, true, memory_order_acquire)) return;
-  for (unsigned i = 0; i < SHARDS; i++) mp_lock(&bshards[i].lock);
+  for (unsigned i = 0; i < SHARDS; i++) {
+    if (mp_lock_briefly(&bshards[i].lock)) continue;
+    /* A shard held for longer (its holder descheduled, say): the copy waits for no one.
+     * Still past the mark, the next sample that brings a shard's part in tries again. */
+    while (i-- > 0) mp_unlock(&bshards[i].lock);
+    atomic_store_explicit(&peak_busy, false, memory_order_release);
+    return;
+  }
   if (atomic_load(&mp_state.running) && atomic_load(&mp_state.generation) == generation) {
     int64_t estimate = 0;
     for (unsigned i = 0; i < SHARDS; i++) {

@@ -32,6 +32,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "internal.h"
 
@@ -493,6 +494,30 @@ void mp_unwind_rule(uintptr_t pc, mp_unwind_rule_t* out) {
 
 void mp_unwind_child_reinit(void) { atomic_flag_clear(&writer); }
 
+/* The cache's pages are made writable before the first lookup: a lookup reads its slot
+ * before a miss writes it, and a read of a never-touched page maps the shared zero page,
+ * whose replacement at the write flushes the TLB of every CPU that runs the process (see
+ * mp_os_alloc). 192 KiB, which the distinct return addresses of one Node process touch
+ * nearly all of anyway. */
+void mp_unwind_init(void) {
+  uintptr_t lo = ((uintptr_t)&cache[0] + 4095) & ~(uintptr_t)4095, hi = (uintptr_t)&cache[CACHE_SLOTS] & ~(uintptr_t)4095;
+  if (hi <= lo) return;
+#ifdef MADV_POPULATE_WRITE
+  if (madvise((void*)lo, hi - lo, MADV_POPULATE_WRITE) == 0) return;
+#endif
+  for (uintptr_t a = lo; a < hi; a += 4096) { /* before Linux 5.14: a write per page */
+    slot_t* s = (slot_t*)(a + (sizeof(slot_t) - a % sizeof(slot_t)) % sizeof(slot_t));
+    atomic_fetch_add_explicit(&s->seq, 0, memory_order_relaxed); /* a write that changes nothing */
+  }
+}
+
+/* A slot may straddle two cache lines: both are asked for. */
+void mp_unwind_prefetch(uintptr_t pc) {
+  const char* s = (const char*)&cache[slot_of(pc)];
+  __builtin_prefetch(s);
+  __builtin_prefetch(s + sizeof(slot_t) - 1);
+}
+
 #else /* !MP_UNWIND_CFI */
 
 void mp_unwind_rule(uintptr_t pc, mp_unwind_rule_t* out) {
@@ -503,5 +528,7 @@ void mp_unwind_rule(uintptr_t pc, mp_unwind_rule_t* out) {
   out->fp_off = 0;
 }
 void mp_unwind_child_reinit(void) {}
+void mp_unwind_init(void) {}
+void mp_unwind_prefetch(uintptr_t pc) { (void)pc; }
 
 #endif

@@ -70,6 +70,18 @@ void mp_lock(mp_lock_t* lock) {
   }
 }
 
+bool mp_lock_briefly(mp_lock_t* lock) {
+  for (unsigned spins = 0; spins <= 64; spins++) {
+    if (!atomic_load_explicit(&lock->held, memory_order_relaxed) &&
+        !atomic_exchange_explicit(&lock->held, 1, memory_order_acquire)) {
+      note_lock(lock);
+      return true;
+    }
+    __builtin_ia32_pause();
+  }
+  return false;
+}
+
 void mp_unlock(mp_lock_t* lock) {
   note_unlock(lock);
   atomic_store_explicit(&lock->held, 0, memory_order_release);

@@ -11,6 +11,7 @@
  * timer interrupting code that keeps a stack address in rbp) and stack-realigning frames. */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { release } from 'node:os';
 
 import { fixture } from '../helpers.js';
 import { mimallocLabel } from '../mimalloc.js';
@@ -24,7 +25,16 @@ function tally(bin: string, env: Record<string, string> = {}) {
   assert.equal(r.status, 0, r.stderr);
   const line = r.stderr.split('\n').find((l) => l.startsWith('unwind check:')) ?? '';
   const kv = new KV(line.replace('unwind check:', '').trim().split(/\s+/).join('\n'));
-  return { stacks: kv.num('stacks'), agreed: kv.num('agreed'), fallbacks: kv.num('fallbacks') };
+  return {
+    stacks: kv.num('stacks'), agreed: kv.num('agreed'), fallbacks: kv.num('fallbacks'),
+    boundsQuery: kv.num('bounds_query'), boundsText: kv.num('bounds_text'),
+  };
+}
+
+/** Linux >= 6.11 has PROCMAP_QUERY, with which a thread's stack bounds cost one ioctl. */
+function kernelHasMapQuery(): boolean {
+  const [major = 0, minor = 0] = release().split('.').map(Number);
+  return major > 6 || (major === 6 && minor >= 11);
 }
 
 for (const [variant, flags] of [
@@ -51,3 +61,19 @@ test('positive control: frame-pointer steps alone, without the fallback (MP_TEST
   assert.ok(stacks >= 2000);
   assert.ok(agreed < stacks / 2, `${agreed} of ${stacks} agreed without the unwind rules`);
 });
+
+// A thread's stack bounds bound every read of the walk. Learned with one ioctl where the kernel
+// has PROCMAP_QUERY, else by reading /proc/self/maps (MP_TEST_MAPS_TEXT=1 forces that path):
+// both must give the same stacks, on the fixture's three threads.
+for (const forceText of [false, true]) {
+  test(`stack bounds from ${forceText ? 'the text of /proc/self/maps (MP_TEST_MAPS_TEXT=1)' : 'PROCMAP_QUERY where the kernel has it'}: every stack still libgcc's (${mimallocLabel})`, (t) => {
+    const bin = fixture('unwind', { flags: [...NO_BUILTIN, '-O2', '-fomit-frame-pointer'], variant: '-O2' });
+    const r = tally(bin, forceText ? { MP_TEST_MAPS_TEXT: '1' } : {});
+    t.diagnostic(`${r.agreed} of ${r.stacks} identical; bounds by ioctl ${r.boundsQuery}, by text ${r.boundsText}`);
+    assert.ok(r.stacks >= 2000);
+    assert.equal(r.agreed, r.stacks);
+    const byQuery = !forceText && kernelHasMapQuery();
+    assert.ok((byQuery ? r.boundsQuery : r.boundsText) >= 3, 'every sampling thread learned its bounds');
+    assert.equal(byQuery ? r.boundsText : r.boundsQuery, 0);
+  });
+}
