@@ -99,6 +99,7 @@ bool mp_start_with(const params_t* p) {
     errno = ENOTSUP;
   } else {
     mp_stack_init();
+    mp_table_init();
     mp_state.interval = p->interval != 0 ? p->interval : MI_PROF_DEFAULT_INTERVAL;
     mp_state.seeded = p->seeded;
     mp_state.seed = p->seed;

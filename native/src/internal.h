@@ -326,11 +326,28 @@ typedef struct mp_unwind_rule_s {
   bool cfa_rbp;
 } mp_unwind_rule_t;
 _Static_assert(sizeof(mp_unwind_rule_t) == 8, "a rule packs into one cache word");
+/* stack.c: the mapping that covers addr, with its file's offset and identity, from the kernel's
+ * PROCMAP_QUERY (Linux >= 6.11); false without it. Preserves errno. */
+typedef struct mp_mapping_s {
+  uintptr_t start, end;
+  uint64_t offset, inode;
+  uint32_t dev_major, dev_minor;
+} mp_mapping_t;
+bool mp_mapping_query(uintptr_t addr, mp_mapping_t* m);
+/* One walk's state: a file opened by the walk's first miss in an object stays open for the
+ * rest of that walk (mp_unwind_walk_end closes it), never longer. */
+typedef struct mp_unwind_walk_s {
+  const void* object;
+  int fd;
+} mp_unwind_walk_t;
+#define MP_UNWIND_WALK_INIT {NULL, -1}
 /* The rule at code address pc (a return address minus one). Never allocates or locks. */
-void mp_unwind_rule(uintptr_t pc, mp_unwind_rule_t* out);
+void mp_unwind_rule(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule_t* out);
+void mp_unwind_walk_end(mp_unwind_walk_t* walk);
 void mp_unwind_child_reinit(void); /* fork child only */
 void mp_unwind_init(void);          /* once, before the first rule is asked */
 void mp_unwind_prefetch(uintptr_t pc); /* a hint that pc's rule is asked soon; no effect on results */
+void mp_unwind_counts(uint64_t* by_file, uint64_t* by_mapping); /* rules parsed from files, from mappings */
 
 /* ---- stack.c ---- */
 void mp_stack_init(void);          /* warm up the unwinder, learn our own text range */
@@ -356,7 +373,6 @@ typedef struct mp_bucket_s {
   uintptr_t frames[];       /* return addresses, leaf first */
 } mp_bucket_t;
 
-void mp_table_init(void);
 /* Records a sample of `size` bytes at p: 1 recorded, 0 not (the profiler stopped meanwhile),
  * -1 when the profiler memory budget is hit. */
 /* `thread_name` is asked only when a bucket is made, outside the table's locks. */
@@ -368,26 +384,31 @@ uint64_t mp_jit_map_bytes(void);
 void mp_jit_child_reinit(void);
 /* Removes the record of p if there is one, and returns it (size 0: none). */
 mp_recorded_t mp_table_remove(uintptr_t p);
-/* Each record shard's count of records, on a line of its own: written under the shard's lock
- * with atomic stores, read without it by free's filter (mp_table_may_hold). A record's shard
- * comes from its block's 64 KiB slice of the heap (table.c says why), by Fibonacci hashing. */
+/* The free filter's second test (after the place test): counts of records by a hash of their
+ * block's address, written under the record's shard lock with atomic adds, read without it.
+ * A count is 0 only if no record hashes there, so a free that reads 0 skips the shard lock and
+ * its probe; with a few hundred live samples, 1 free in 30 of those that pass the place test
+ * still looks (a count of records per shard, 64 of them, had sent 1 in 8 there on Node). */
 #define MP_RECORD_SHARDS 64u
-typedef struct mp_shard_count_s {
-  _Alignas(64) size_t n;
-} mp_shard_count_t;
-extern mp_shard_count_t mp_record_counts[MP_RECORD_SHARDS];
+#define MP_RECORD_HINTS 8192u
+extern uint32_t mp_record_hints[MP_RECORD_HINTS];
 static inline unsigned mp_record_shard_of(uintptr_t p) {
   _Static_assert(MP_RECORD_SHARDS == 64u, "the shift below takes 6 bits");
   return (unsigned)(((uint64_t)(p >> 16) * 0x9E3779B97F4A7C15ull) >> 58);
 }
-/* Any thread, no lock: false only if p has no record. A record of p is added before the
+static inline unsigned mp_record_hint_of(uintptr_t p) {
+  _Static_assert(MP_RECORD_HINTS == 8192u, "the shift below takes 13 bits");
+  return (unsigned)(((uint64_t)(p >> 4) * 0x9E3779B97F4A7C15ull) >> 51);
+}
+/* Any thread, no lock: false only if p has no record. A record of p is counted before the
  * sampled block is returned, and the free of p comes after that return in the program's own
- * order, so its shard's count is at least 1 for as long as the record exists. (That order is
+ * order, so its count is at least 1 for as long as the record exists. (That order is
  * happens-before when the program hands p over with a lock or release/acquire; a hand-over
  * by relaxed atomics gets it from x86's ordering, not from C11.) */
 static inline bool mp_table_may_hold(uintptr_t p) {
-  return __atomic_load_n(&mp_record_counts[mp_record_shard_of(p)].n, __ATOMIC_RELAXED) != 0;
+  return __atomic_load_n(&mp_record_hints[mp_record_hint_of(p)], __ATOMIC_RELAXED) != 0;
 }
+void mp_table_init(void); /* once, before the first record: the counts' pages made writable */
 mp_recorded_t mp_table_lookup(uintptr_t p); /* takes p's shard lock: inside a sampler section only */
 /* Stop: drop everything. With `whole`, returns the bytes the dropped records' blocks count for
  * beyond what they counted while recorded (mp_block_bytes), for the exact counters: the filter

@@ -105,6 +105,32 @@ static atomic_ullong bounds_by_query, bounds_by_text; /* how each thread's bound
 #define COUNT_BOUNDS(how) ((void)0)
 #endif
 
+/* One ioctl on an open maps file: the mapping that covers addr (flags 0), false where the
+ * kernel has no PROCMAP_QUERY. errno is the caller's to keep. */
+static bool query_mapping(int fd, uintptr_t addr, mp_mapping_t* m) {
+  struct mp_procmap_query q = {.size = sizeof(q), .query_addr = addr};
+#ifdef MP_TEST_HOOKS
+  if (mp_test_hook("MP_TEST_MAPS_TEXT")) return false; /* as before Linux 6.11 */
+#endif
+  if (ioctl(fd, MP_PROCMAP_QUERY, &q) != 0 || q.vma_start > addr || addr >= q.vma_end) return false;
+  m->start = (uintptr_t)q.vma_start;
+  m->end = (uintptr_t)q.vma_end;
+  m->offset = q.vma_offset;
+  m->inode = q.inode;
+  m->dev_major = q.dev_major;
+  m->dev_minor = q.dev_minor;
+  return true;
+}
+
+bool mp_mapping_query(uintptr_t addr, mp_mapping_t* m) {
+  int saved = errno;
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  bool ok = fd >= 0 && query_mapping(fd, addr, m);
+  if (fd >= 0) close(fd);
+  errno = saved;
+  return ok;
+}
+
 static bool mapping_of(uintptr_t addr, uintptr_t* lo, uintptr_t* hi) {
   int saved = errno;
   int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
@@ -112,13 +138,10 @@ static bool mapping_of(uintptr_t addr, uintptr_t* lo, uintptr_t* hi) {
     errno = saved;
     return false;
   }
-  struct mp_procmap_query q = {.size = sizeof(q), .query_addr = addr}; /* flags 0: the mapping that covers addr */
-#ifdef MP_TEST_HOOKS
-  if (mp_test_hook("MP_TEST_MAPS_TEXT")) q.size = 0; /* the text's reading, as before Linux 6.11 */
-#endif
-  if (q.size != 0 && ioctl(fd, MP_PROCMAP_QUERY, &q) == 0 && q.vma_start <= addr && addr < q.vma_end) {
-    *lo = (uintptr_t)q.vma_start;
-    *hi = (uintptr_t)q.vma_end;
+  mp_mapping_t m;
+  if (query_mapping(fd, addr, &m)) {
+    *lo = m.start;
+    *hi = m.end;
     close(fd);
     errno = saved;
     COUNT_BOUNDS(query);
@@ -257,7 +280,7 @@ static unsigned drop_own_frames(uintptr_t* frames, unsigned n) {
 static atomic_ullong checked, agreed, fell_back;
 static void mp_stack_count_fallback(void) { atomic_fetch_add(&fell_back, 1); }
 static void report_check(void) {
-  char line[160];
+  char line[224];
   size_t n = 0;
   const char* a = "unwind check: stacks=";
   memcpy(line + n, a, strlen(a));
@@ -279,6 +302,16 @@ static void report_check(void) {
   memcpy(line + n, e, strlen(e));
   n += strlen(e);
   n += mp_fmt_u64(line + n, atomic_load(&bounds_by_text));
+  uint64_t by_file, by_mapping;
+  mp_unwind_counts(&by_file, &by_mapping);
+  const char* f = " rules_file=";
+  memcpy(line + n, f, strlen(f));
+  n += strlen(f);
+  n += mp_fmt_u64(line + n, by_file);
+  const char* g = " rules_mapped=";
+  memcpy(line + n, g, strlen(g));
+  n += strlen(g);
+  n += mp_fmt_u64(line + n, by_mapping);
   line[n++] = '\n';
   (void)!write(2, line, n);
 }
@@ -318,14 +351,14 @@ static void prefetch_rules(uintptr_t pc, uintptr_t sp, uintptr_t fp, uintptr_t h
 /* The rule-driven walk from the caller's registers; frames[0] is pc already. *complete tells
  * whether it ended at the outermost frame (or at `max`) rather than on a step it could not
  * take. */
-static unsigned rule_walk(uintptr_t* frames, unsigned max, uintptr_t pc, uintptr_t sp, uintptr_t fp, uintptr_t hi,
-                          uintptr_t stop_sp, bool* complete) {
+static unsigned rule_walk(mp_unwind_walk_t* walk, uintptr_t* frames, unsigned max, uintptr_t pc, uintptr_t sp,
+                          uintptr_t fp, uintptr_t hi, uintptr_t stop_sp, bool* complete) {
   unsigned n = 1;
   bool exact = false; /* pc is an interrupted instruction (after a signal frame), not a return address */
   *complete = false;
   while (n < max) {
     mp_unwind_rule_t r;
-    mp_unwind_rule(exact ? pc : pc - 1, &r); /* a return address: the call is the byte before */
+    mp_unwind_rule(walk, exact ? pc : pc - 1, &r); /* a return address: the call is the byte before */
     uintptr_t cfa, next_fp = fp;
     exact = false;
     if (r.kind == MP_RULE_END) {
@@ -392,8 +425,10 @@ unsigned mp_stack_capture(uintptr_t* frames, unsigned max, void* ra, uintptr_t s
   if (here >= t->stack_lo && here < t->stack_hi && sp > here && sp <= t->stack_hi) {
     bool complete;
     prefetch_rules((uintptr_t)ra, sp, fp, t->stack_hi, max);
-    unsigned n = rule_walk(frames, max, (uintptr_t)ra, sp, fp, t->stack_hi, stop_sp == 0 ? UINTPTR_MAX : stop_sp,
-                           &complete);
+    mp_unwind_walk_t walk = MP_UNWIND_WALK_INIT;
+    unsigned n = rule_walk(&walk, frames, max, (uintptr_t)ra, sp, fp, t->stack_hi,
+                           stop_sp == 0 ? UINTPTR_MAX : stop_sp, &complete);
+    mp_unwind_walk_end(&walk);
 #ifdef MP_TEST_HOOKS
     if (!complete) mp_stack_count_fallback();
     if (mp_test_hook("MP_TEST_UNWIND_FP_ONLY")) complete = true; /* the control: the rules' walk alone */

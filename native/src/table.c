@@ -66,6 +66,7 @@ typedef struct record_shard_s {
   /* This shard's change to the estimate of bytes in use not yet added to est_live; read and
    * written under the lock only; |pending| < EST_FLUSH between critical sections. */
   int64_t pending;
+  size_t count; /* records in slots */
   char pad[64];
 } record_shard_t;
 
@@ -114,8 +115,6 @@ static uint64_t hash_stack(size_t size, const uintptr_t* frames, unsigned depth,
   for (unsigned i = 0; i < depth; i++) h = mix(h ^ frames[i]) + i;
   return h;
 }
-
-void mp_table_init(void) {}
 
 /* ---- buckets ----------------------------------------------------------------------------- */
 static bool bucket_index_grow(bucket_shard_t* s) {
@@ -209,10 +208,28 @@ static bool record_grow(record_shard_t* s) {
 /* A record's shard comes from its block's 64 KiB slice of the heap, not the block itself:
  * both mimalloc majors give a slice to one thread's heap at a time, so threads sampling at a
  * high rate mostly lock shards no other thread is using, where a hash of the address would
- * send every thread to every shard's line. Its count of records is mp_record_counts[shard]. */
-mp_shard_count_t mp_record_counts[RSHARDS];
+ * send every thread to every shard's line. */
 static record_shard_t* record_shard(uintptr_t addr) { return &rshards[mp_record_shard_of(addr)]; }
-static size_t* count_of(const record_shard_t* s) { return &mp_record_counts[s - rshards].n; }
+
+uint32_t mp_record_hints[MP_RECORD_HINTS];
+static void hint_add(uintptr_t addr, int32_t delta) {
+  uint32_t before = __atomic_fetch_add(&mp_record_hints[mp_record_hint_of(addr)], (uint32_t)delta, __ATOMIC_RELAXED);
+  mp_assert(delta > 0 ? before < UINT32_MAX : before > 0);
+  (void)before;
+}
+
+/* The counts are read by every free that passes the place test before any is written: a read
+ * of a never-touched page maps the shared zero page, whose replacement at the first write
+ * flushes the TLB of every CPU running the process (osmem.c). So their pages are written at
+ * start. */
+void mp_table_init(void) {
+  static bool done;
+  if (done) return;
+  done = true;
+  uintptr_t lo = ((uintptr_t)&mp_record_hints[0] + 4095) & ~(uintptr_t)4095;
+  uintptr_t hi = (uintptr_t)&mp_record_hints[MP_RECORD_HINTS] & ~(uintptr_t)4095;
+  for (uintptr_t a = lo; a < hi; a += 4096) __atomic_fetch_add((uint32_t*)a, 0, __ATOMIC_RELAXED);
+}
 
 /* Under the shard lock: index of addr's slot, or cap if absent. */
 static size_t record_find(record_shard_t* s, uintptr_t addr) {
@@ -225,6 +242,7 @@ static size_t record_find(record_shard_t* s, uintptr_t addr) {
 
 /* Under the shard lock: removes slot j, shifting later members of its probe run back. */
 static void record_delete(record_shard_t* s, size_t j) {
+  hint_add(s->slots[j].addr, -1);
   size_t mask = s->cap - 1;
   for (size_t k = (j + 1) & mask; s->slots[k].addr != 0; k = (k + 1) & mask) {
     size_t home = record_home(s->slots[k].addr, s->cap);
@@ -236,7 +254,7 @@ static void record_delete(record_shard_t* s, size_t j) {
   }
   s->slots[j].addr = 0;
   s->slots[j].tagged = 0;
-  __atomic_store_n(count_of(s), *count_of(s) - 1, __ATOMIC_RELAXED);
+  s->count--;
 }
 
 /* A record of b is gone (or an add failed): b may retire, and is not touched after that. */
@@ -366,7 +384,7 @@ int mp_table_add(uintptr_t p, size_t size, bool rounded, const uintptr_t* frames
     (void)est_change(rs, -estimate_of(rec_bucket(&rs->slots[j])->size));
     bucket_release_live(rec_bucket(&rs->slots[j]));
     rs->slots[j].tagged = rec_tag(b, rounded);
-  } else if ((*count_of(rs) + 1) * 2 > rs->cap && !record_grow(rs)) {
+  } else if ((rs->count + 1) * 2 > rs->cap && !record_grow(rs)) {
     ok = false;
     bucket_release_live(b);
   } else {
@@ -374,7 +392,8 @@ int mp_table_add(uintptr_t p, size_t size, bool rounded, const uintptr_t* frames
     while (rs->slots[j].addr != 0) j = (j + 1) & (rs->cap - 1);
     rs->slots[j].addr = p;
     rs->slots[j].tagged = rec_tag(b, rounded);
-    __atomic_store_n(count_of(rs), *count_of(rs) + 1, __ATOMIC_RELAXED);
+    rs->count++;
+    hint_add(p, 1);
   }
   if (ok) peaked = est_change(rs, estimate_of(size));
   mp_unlock(&rs->lock);
@@ -412,15 +431,16 @@ int64_t mp_table_clear(bool with_whole) {
   for (unsigned i = 0; i < RSHARDS; i++) {
     record_shard_t* rs = &rshards[i];
     mp_lock(&rs->lock);
-    for (size_t j = 0; with_whole && j < rs->cap; j++) {
+    for (size_t j = 0; j < rs->cap; j++) {
       if (rs->slots[j].addr == 0) continue;
       const void* p = (const void*)rs->slots[j].addr;
-      whole += (int64_t)mp_unrecorded_extra(p, rec_of(&rs->slots[j]));
+      if (with_whole) whole += (int64_t)mp_unrecorded_extra(p, rec_of(&rs->slots[j]));
+      hint_add(rs->slots[j].addr, -1); /* under the lock, as record_delete: never below the records */
     }
     mp_os_free(rs->slots, rs->cap * sizeof(record_t));
     rs->slots = NULL;
     rs->cap = 0;
-    __atomic_store_n(count_of(rs), 0, __ATOMIC_RELAXED);
+    rs->count = 0;
     rs->pending = 0;
     mp_unlock(&rs->lock);
   }
@@ -506,19 +526,24 @@ void mp_table_check(void) {
       }
     mp_assert(count == bs->count);
   }
+  uint64_t records = 0, hinted = 0;
+  for (unsigned k = 0; k < MP_RECORD_HINTS; k++) hinted += __atomic_load_n(&mp_record_hints[k], __ATOMIC_RELAXED);
   for (unsigned i = 0; i < RSHARDS; i++) {
     record_shard_t* rs = &rshards[i];
     size_t count = 0;
     for (size_t j = 0; j < rs->cap; j++) {
       if (rs->slots[j].addr == 0) continue;
       count++;
+      mp_assert(__atomic_load_n(&mp_record_hints[mp_record_hint_of(rs->slots[j].addr)], __ATOMIC_RELAXED) != 0);
       mp_assert(record_shard(rs->slots[j].addr) == rs);
       mp_assert((rs->slots[j].addr & mp_sample_mask) == 0); /* sampler.c: what free's filter passes on */
       mp_assert(bucket_linked(rec_bucket(&rs->slots[j])));
       rec_bucket(&rs->slots[j])->refs++;
     }
-    mp_assert(count == *count_of(rs) && (rs->cap == 0 || 2 * count <= rs->cap));
+    mp_assert(count == rs->count && (rs->cap == 0 || 2 * count <= rs->cap));
+    records += count;
   }
+  mp_assert(hinted == records); /* every lock is held: no add or removal is between its two steps */
   for (unsigned i = 0; i < SHARDS; i++)
     for (size_t k = 0; k < bshards[i].index_cap; k++)
       for (mp_bucket_t* b = bshards[i].index[k]; b != NULL; b = b->next) mp_assert(b->refs <= b->live);

@@ -22,8 +22,10 @@
  *
  * Invariants:
  *  - nothing here allocates, takes a profiler lock or enters the loader's locks;
- *  - the data parsed is the objects' own mapped .eh_frame; every read stays inside the FDE
- *    or CIE whose length it has read, and a malformed entry yields MP_RULE_FP;
+ *  - the data parsed is the objects' own .eh_frame, read from the mapping or, where the kernel
+ *    names the mapping's file, from that file (below); every read stays inside the FDE or CIE
+ *    whose length it has read, and a malformed entry yields MP_RULE_FP;
+ *  - no file descriptor outlives the lookup that opened it, and errno is the caller's;
  *  - a cache slot is written only by the thread that holds `writer` (others skip caching),
  *    and readers validate a slot by its sequence count, read before and after the slot;
  *  - a cached rule is never invalidated: code unloaded with dlclose and replaced by other
@@ -31,8 +33,14 @@
  *    still checked against the stack's bounds). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -48,6 +56,7 @@ typedef struct cursor_s {
   const uint8_t* p;
   const uint8_t* end;
   bool bad;
+  intptr_t bias; /* p + bias is the byte's address in the object (0, or a copy read from its file) */
 } cursor_t;
 
 static uint8_t rd_u8(cursor_t* c) {
@@ -103,7 +112,7 @@ static int64_t rd_sleb(cursor_t* c) {
 /* Reads a pointer in encoding `enc`; `datarel` is the base for DW_EH_PE_datarel. */
 static uintptr_t rd_encoded(cursor_t* c, uint8_t enc, uintptr_t datarel) {
   if (enc == PE_OMIT) return 0;
-  uintptr_t here = (uintptr_t)c->p;
+  uintptr_t here = (uintptr_t)c->p + (uintptr_t)c->bias;
   uint64_t v;
   switch (PE_FORMAT(enc)) {
     case 0x00: v = rd_fixed(c, 8); break;
@@ -169,7 +178,7 @@ static void set_reg(cfa_state_t* s, uint64_t reg, uint8_t rule, int64_t off, uin
  * `initial` is the CIE's state (for DW_CFA_restore), NULL while running the CIE. */
 static bool run_cfa(cfa_state_t* s, const cie_t* cie, const cfa_state_t* initial, const uint8_t* p,
                     const uint8_t* end, uintptr_t loc, uintptr_t target) {
-  cursor_t c = {p, end, false};
+  cursor_t c = {p, end, false, 0};
   cfa_state_t saved[REMEMBER_MAX];
   unsigned depth = 0;
   for (unsigned steps = 0; c.p < c.end && !c.bad; steps++) {
@@ -231,7 +240,7 @@ static bool run_cfa(cfa_state_t* s, const cie_t* cie, const cfa_state_t* initial
       case 0x0f: { /* def_cfa_expression */
         uint64_t len = rd_uleb(&c);
         if (len > (uint64_t)(c.end - c.p)) return false;
-        cursor_t e = {c.p, c.p + len, false};
+        cursor_t e = {c.p, c.p + len, false, 0};
         c.p += len;
         int64_t off = 0;
         s->cfa_deref = rd_u8(&e) == 0x76 /* DW_OP_breg6 */ && (off = rd_sleb(&e), rd_u8(&e) == 0x06) /* DW_OP_deref */ &&
@@ -247,7 +256,7 @@ static bool run_cfa(cfa_state_t* s, const cie_t* cie, const cfa_state_t* initial
         reg = rd_uleb(&c);
         uint64_t len = rd_uleb(&c);
         if (len > (uint64_t)(c.end - c.p)) return false;
-        cursor_t e = {c.p, c.p + len, false};
+        cursor_t e = {c.p, c.p + len, false, 0};
         c.p += len;
         int64_t off = 0;
         bool at_rbp = rd_u8(&e) == 0x76 && (off = rd_sleb(&e), !e.bad) && e.p == e.end;
@@ -297,20 +306,53 @@ static bool run_cfa(cfa_state_t* s, const cie_t* cie, const cfa_state_t* initial
 }
 
 /* ---- CIE and FDE ------------------------------------------------------------------------------ */
-/* Reads an entry's length; false for the 64-bit form, a terminator or an implausible size. */
-static bool entry_bounds(const uint8_t* at, const uint8_t** body, const uint8_t** end) {
+/* Where an entry's bytes come from: the object's mapping itself (fd < 0), or its file, where
+ * mapped address `base` is file offset `off` and only [lo, hi), one mapping, may be read. */
+typedef struct cie_memo_s cie_memo_t;
+typedef struct source_s {
+  int fd;
+  uintptr_t base, lo, hi;
+  uint64_t off;
+  cie_memo_t* cies; /* a file's CIEs, parsed once (an object has a few, every FDE names one) */
+} source_t;
+
+static const source_t mapped = {-1, 0, 0, 0, 0, NULL};
+
+#define ENTRY_MAX 1024 /* an FDE read from a file; a longer one is read through the mapping */
+
+/* The entry at address `at`: a cursor over its body (after the length). 0 for the 64-bit form,
+ * a terminator or an implausible size; from a file, -1 when it cannot be read whole into buf
+ * (outside the mapping's range, longer than buf, a failed read): the mapping may still tell. */
+static int load_entry(const source_t* src, uintptr_t at, uint8_t* buf, size_t cap, cursor_t* c) {
   uint32_t len;
-  memcpy(&len, at, 4);
-  if (len == 0 || len == 0xffffffffu || len > (1u << 24)) return false;
-  *body = at + 4;
-  *end = at + 4 + len;
-  return true;
+  c->bad = false;
+  if (src->fd < 0) {
+    memcpy(&len, (const void*)at, 4);
+    if (len == 0 || len == 0xffffffffu || len > (1u << 24)) return 0;
+    c->p = (const uint8_t*)at + 4;
+    c->end = c->p + len;
+    c->bias = 0;
+    return 1;
+  }
+  if (at < src->lo || at >= src->hi) return -1;
+  size_t want = src->hi - at < cap ? src->hi - at : cap;
+  ssize_t got = pread(src->fd, buf, want, (off_t)(src->off + (at - src->base)));
+  if (got < 4) return -1;
+  memcpy(&len, buf, 4);
+  if (len == 0 || len == 0xffffffffu) return 0;
+  if (len > (size_t)got - 4) return -1;
+  c->p = buf + 4;
+  c->end = buf + 4 + len;
+  c->bias = (intptr_t)(at - (uintptr_t)buf);
+  return 1;
 }
 
-static bool parse_cie(const uint8_t* at, cie_t* cie) {
-  const uint8_t *body, *end;
-  if (!entry_bounds(at, &body, &end)) return false;
-  cursor_t c = {body, end, false};
+/* 1 parsed, 0 unusable, -1 unreadable (load_entry). cie->insns point into buf when the CIE
+ * came from a file: buf outlives cie's use. */
+static int parse_cie(const source_t* src, uintptr_t at, uint8_t* buf, size_t cap, cie_t* cie) {
+  cursor_t c;
+  int loaded = load_entry(src, at, buf, cap, &c);
+  if (loaded <= 0) return loaded;
   if (rd_fixed(&c, 4) != 0) return false; /* CIE id */
   uint8_t version = rd_u8(&c);
   if (version != 1 && version != 3) return false;
@@ -327,7 +369,7 @@ static bool parse_cie(const uint8_t* at, cie_t* cie) {
   if (aug[0] == 'z') {
     uint64_t len = rd_uleb(&c);
     if (c.bad || len > (uint64_t)(c.end - c.p)) return false;
-    cursor_t a = {c.p, c.p + len, false};
+    cursor_t a = {c.p, c.p + len, false, c.bias};
     for (size_t i = 1; i < aug_len; i++) {
       switch (aug[i]) {
         case 'R': cie->fde_enc = rd_u8(&a); break;
@@ -348,19 +390,69 @@ static bool parse_cie(const uint8_t* at, cie_t* cie) {
   }
   if (c.bad || cie->code_align == 0) return false;
   cie->insns = c.p;
-  cie->insns_end = end;
+  cie->insns_end = c.end;
   return true;
 }
 
-/* The rule at `pc` from the FDE at `fde`, or false if it does not cover pc or is unusable. */
-static bool rule_from_fde(const uint8_t* fde, uintptr_t pc, uintptr_t datarel, mp_unwind_rule_t* out) {
-  const uint8_t *body, *end;
-  if (!entry_bounds(fde, &body, &end)) return false;
-  cursor_t c = {body, end, false};
+/* A file's parsed CIEs, by address, their instructions copied: written by one thread at a time
+ * (a try-lock; a busy one just does not keep), each slot published by its address (release),
+ * never changed once published. */
+#define CIES_MAX 4
+#define CIE_INSNS_MAX 64
+struct cie_memo_s {
+  atomic_flag writer;
+  struct {
+    _Atomic uintptr_t at;
+    cie_t cie;
+    uint8_t insns[CIE_INSNS_MAX];
+  } slot[CIES_MAX];
+};
+
+static bool cie_recall(cie_memo_t* m, uintptr_t at, cie_t* out) {
+  for (unsigned i = 0; i < CIES_MAX; i++) {
+    uintptr_t a = atomic_load_explicit(&m->slot[i].at, memory_order_acquire);
+    if (a == 0) return false;
+    if (a == at) {
+      *out = m->slot[i].cie;
+      return true;
+    }
+  }
+  return false;
+}
+
+static void cie_keep(cie_memo_t* m, uintptr_t at, const cie_t* cie) {
+  size_t len = (size_t)(cie->insns_end - cie->insns);
+  if (len > CIE_INSNS_MAX || atomic_flag_test_and_set_explicit(&m->writer, memory_order_acquire)) return;
+  for (unsigned i = 0; i < CIES_MAX; i++) {
+    uintptr_t a = atomic_load_explicit(&m->slot[i].at, memory_order_relaxed);
+    if (a == at) break;
+    if (a != 0) continue;
+    memcpy(m->slot[i].insns, cie->insns, len);
+    m->slot[i].cie = *cie;
+    m->slot[i].cie.insns = m->slot[i].insns;
+    m->slot[i].cie.insns_end = m->slot[i].insns + len;
+    atomic_store_explicit(&m->slot[i].at, at, memory_order_release);
+    break;
+  }
+  atomic_flag_clear_explicit(&m->writer, memory_order_release);
+}
+
+/* The rule at `pc` from the FDE at address `fde`: 1, or 0 if it does not cover pc or is
+ * unusable, -1 if it could not be read (load_entry). */
+static int rule_from_fde(const source_t* src, uintptr_t fde, uintptr_t pc, uintptr_t datarel, mp_unwind_rule_t* out) {
+  uint8_t fde_buf[ENTRY_MAX], cie_buf[256]; /* used when reading from a file */
+  cursor_t c;
+  int loaded = load_entry(src, fde, fde_buf, sizeof(fde_buf), &c);
+  if (loaded <= 0) return loaded;
+  uintptr_t field = (uintptr_t)c.p + (uintptr_t)c.bias; /* the CIE pointer's own address */
   uint32_t cie_ptr = (uint32_t)rd_fixed(&c, 4);
   if (cie_ptr == 0) return false; /* a CIE, not an FDE */
   cie_t cie;
-  if (!parse_cie(body - cie_ptr, &cie)) return false;
+  int parsed = src->cies != NULL && cie_recall(src->cies, field - cie_ptr, &cie)
+                   ? 1
+                   : parse_cie(src, field - cie_ptr, cie_buf, sizeof(cie_buf), &cie);
+  if (parsed <= 0) return parsed;
+  if (src->cies != NULL) cie_keep(src->cies, field - cie_ptr, &cie);
   uintptr_t begin = rd_encoded(&c, cie.fde_enc, datarel);
   uintptr_t range = rd_encoded(&c, cie.fde_enc & 0x0f, datarel);
   if (c.bad || pc < begin || pc - begin >= range) return false;
@@ -414,7 +506,7 @@ static const uint8_t* find_fde(const uint8_t* hdr, uintptr_t pc) {
   if (hdr == NULL || hdr[0] != 1) return NULL;
   uint8_t ptr_enc = hdr[1], count_enc = hdr[2], table_enc = hdr[3];
   if (table_enc != 0x3b) return NULL; /* datarel | sdata4: what every linker writes */
-  cursor_t c = {hdr + 4, hdr + 4 + 32, false};
+  cursor_t c = {hdr + 4, hdr + 4 + 32, false, 0};
   (void)rd_encoded(&c, ptr_enc, (uintptr_t)hdr);
   uint64_t count = rd_encoded(&c, count_enc, (uintptr_t)hdr);
   if (c.bad || count == 0 || count > (1u << 28)) return NULL;
@@ -430,7 +522,168 @@ static const uint8_t* find_fde(const uint8_t* hdr, uintptr_t pc) {
   return hdr + table[2 * lo + 1];
 }
 
-static void lookup_uncached(uintptr_t pc, mp_unwind_rule_t* out) {
+/* ---- the tables read from the file ------------------------------------------------------------ */
+/* Reading an object's tables through its mapping faults their pages into the process, and the
+ * kernel maps up to 15 neighbours with each fault (fault-around): a Node process's stacks had
+ * brought in nearly all of node's 3.4 MB of .eh_frame_hdr and .eh_frame, +3 MB of RSS at exit
+ * (bench/README.md). Where the kernel says which file and offset the mapping holds
+ * (PROCMAP_QUERY, Linux >= 6.11), and the file is the one mapped (same device and inode), the
+ * tables are read from the file with pread: page cache, never the process's RSS. The search
+ * table is kept sparsely (every SPARSE_STEP-th entry's start) in this file's own memory, so a
+ * miss costs an open, three preads (the table's block, the FDE, its CIE) and a close. No
+ * descriptor is kept between misses: the program owns the descriptor table. Anything that does
+ * not fit (a path, the sparse pool, an entry) or fails to read is read through the mapping. */
+#define SPARSE_STEP 128u
+#define OBJECTS_MAX 64u
+#define SPARSE_POOL 16384u /* starts, 64 KiB of bss touched as written: node takes ~600 */
+#define SETUP_CHUNK (64u * 1024u)
+
+typedef struct object_s {
+  _Atomic(const uint8_t*) hdr; /* the key, stored last with release: a visible entry is complete */
+  bool by_file;
+  uint32_t table_rel;  /* the search table's offset from hdr */
+  uint64_t count;      /* its entries */
+  source_t src;        /* the file (its fd is the walk's) */
+  cie_memo_t cies;
+  const int32_t* sparse;
+  char path[256];
+} object_t;
+
+static object_t objects[OBJECTS_MAX];
+static atomic_uint objects_n;
+static atomic_flag objects_writer = ATOMIC_FLAG_INIT;
+static int32_t sparse_pool[SPARSE_POOL];
+static unsigned sparse_used;
+static atomic_ullong rules_by_file, rules_by_mapping; /* misses answered each way (test builds print them) */
+
+/* Under objects_writer: whether o's tables can be read from its file; fills o. */
+static bool object_setup(object_t* o, const uint8_t* hdr, const struct dl_find_object* info) {
+#ifdef MP_TEST_HOOKS
+  if (mp_test_hook("MP_TEST_UNWIND_MAPPED")) return false; /* the control: through the mapping, as before */
+#endif
+  const struct link_map* lm = info->dlfo_link_map;
+  const char* name = lm != NULL && lm->l_name != NULL && lm->l_name[0] != 0 ? lm->l_name : "/proc/self/exe";
+  size_t len = strlen(name);
+  mp_mapping_t m;
+  if (len >= sizeof(o->path) || !mp_mapping_query((uintptr_t)hdr, &m) || m.inode == 0) return false;
+  int fd = open(name, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st;
+  bool ok = fstat(fd, &st) == 0 && st.st_ino == m.inode && major(st.st_dev) == m.dev_major && minor(st.st_dev) == m.dev_minor;
+  o->src = (source_t){fd, m.start, m.start, m.end, m.offset, &o->cies};
+  uint8_t head[32];
+  ok = ok && pread(fd, head, sizeof(head), (off_t)(m.offset + ((uintptr_t)hdr - m.start))) == (ssize_t)sizeof(head);
+  if (ok) { /* as find_fde reads it */
+    cursor_t c = {head + 4, head + sizeof(head), false, (intptr_t)((uintptr_t)hdr - (uintptr_t)head)};
+    (void)rd_encoded(&c, head[1], (uintptr_t)hdr);
+    o->count = rd_encoded(&c, head[2], (uintptr_t)hdr);
+    o->table_rel = (uint32_t)(c.p - head);
+    ok = head[0] == 1 && head[3] == 0x3b && !c.bad && o->count != 0 && o->count <= (1u << 28) &&
+         (uintptr_t)hdr + o->table_rel + o->count * 8 <= m.end;
+  }
+  unsigned starts = ok ? (unsigned)((o->count + SPARSE_STEP - 1) / SPARSE_STEP) : 0;
+  ok = ok && starts <= SPARSE_POOL - sparse_used;
+  int32_t* sparse = sparse_pool + sparse_used;
+  /* The table read once in chunks of SETUP_CHUNK bytes, a whole number of blocks (node's
+   * 600 KB in ten reads), or a start at a time if no buffer can be had. */
+  uint64_t table_off = m.offset + ((uintptr_t)hdr - m.start) + o->table_rel;
+  int32_t* chunk = ok ? mp_os_alloc_transient(SETUP_CHUNK) : NULL;
+  for (unsigned i = 0; ok && i < starts;) {
+    uint64_t first = (uint64_t)i * SPARSE_STEP;
+    if (chunk != NULL) {
+      size_t entries = o->count - first < SETUP_CHUNK / 8 ? (size_t)(o->count - first) : SETUP_CHUNK / 8;
+      ok = pread(fd, chunk, entries * 8, (off_t)(table_off + first * 8)) == (ssize_t)(entries * 8);
+      for (size_t k = 0; ok && k < entries; k += SPARSE_STEP) sparse[i++] = chunk[2 * k];
+    } else {
+      ok = pread(fd, &sparse[i], 4, (off_t)(table_off + first * 8)) == 4;
+      i++;
+    }
+  }
+  if (chunk != NULL) mp_os_free(chunk, SETUP_CHUNK);
+  close(fd);
+  o->src.fd = -1;
+  if (!ok) return false;
+  sparse_used += starts;
+  o->sparse = sparse;
+  memcpy(o->path, name, len + 1);
+  return true;
+}
+
+/* The object entry of hdr, made at its first miss; NULL while another thread makes one. */
+static const object_t* object_of(const uint8_t* hdr, const struct dl_find_object* info) {
+  unsigned n = atomic_load_explicit(&objects_n, memory_order_acquire);
+  for (unsigned i = 0; i < n; i++)
+    if (atomic_load_explicit(&objects[i].hdr, memory_order_acquire) == hdr) return &objects[i];
+  if (n == OBJECTS_MAX || atomic_flag_test_and_set_explicit(&objects_writer, memory_order_acquire)) return NULL;
+  object_t* o = NULL;
+  n = atomic_load_explicit(&objects_n, memory_order_relaxed);
+  for (unsigned i = 0; i < n && o == NULL; i++)
+    if (atomic_load_explicit(&objects[i].hdr, memory_order_relaxed) == hdr) o = &objects[i];
+  if (o == NULL && n < OBJECTS_MAX) {
+    o = &objects[n];
+    int saved = errno;
+    o->by_file = object_setup(o, hdr, info);
+    errno = saved;
+    atomic_store_explicit(&o->hdr, hdr, memory_order_release);
+    atomic_store_explicit(&objects_n, n + 1, memory_order_release);
+  }
+  atomic_flag_clear_explicit(&objects_writer, memory_order_release);
+  return o;
+}
+
+/* The rule at pc from o's file: 1 found, 0 no usable FDE covers pc (a frame-pointer step),
+ * -1 the file could not be read (the caller reads the mapping). */
+static int rule_by_file(mp_unwind_walk_t* walk, const object_t* o, const uint8_t* hdr, uintptr_t pc,
+                        mp_unwind_rule_t* out) {
+  intptr_t rel = (intptr_t)(pc - (uintptr_t)hdr);
+  if (rel < o->sparse[0]) return 0;
+  size_t lo = 0, hi = (size_t)((o->count + SPARSE_STEP - 1) / SPARSE_STEP);
+  while (hi - lo > 1) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (o->sparse[mid] <= rel) lo = mid;
+    else hi = mid;
+  }
+  uint64_t first = (uint64_t)lo * SPARSE_STEP;
+  size_t n = o->count - first < SPARSE_STEP ? (size_t)(o->count - first) : SPARSE_STEP;
+  int saved = errno;
+  int result = -1;
+  if (walk->object != o) { /* the walk's first miss in o: the previous object's file is done with */
+    mp_unwind_walk_end(walk);
+    walk->fd = open(o->path, O_RDONLY | O_CLOEXEC);
+    walk->object = o;
+  }
+  source_t src = o->src;
+  src.fd = walk->fd;
+  if (src.fd >= 0) {
+    int32_t block[2 * SPARSE_STEP];
+    uintptr_t at = (uintptr_t)hdr + o->table_rel + first * 8;
+    if (pread(src.fd, block, n * 8, (off_t)(src.off + (at - src.base))) == (ssize_t)(n * 8)) {
+      size_t a = 0, b = n; /* the last entry whose start <= pc: block[0] is sparse[lo] <= rel */
+      while (b - a > 1) {
+        size_t mid = a + (b - a) / 2;
+        if (block[2 * mid] <= rel) a = mid;
+        else b = mid;
+      }
+      mp_unwind_rule_t r;
+      result = rule_from_fde(&src, (uintptr_t)hdr + (uintptr_t)(intptr_t)block[2 * a + 1], pc, (uintptr_t)hdr, &r);
+      if (result > 0) *out = r;
+    }
+  }
+  errno = saved;
+  return result;
+}
+
+void mp_unwind_walk_end(mp_unwind_walk_t* walk) {
+  if (walk->fd >= 0) {
+    int saved = errno;
+    close(walk->fd);
+    errno = saved;
+  }
+  walk->fd = -1;
+  walk->object = NULL;
+}
+
+static void lookup_uncached(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule_t* out) {
   struct dl_find_object info;
   out->kind = MP_RULE_FP;
   out->cfa_rbp = false;
@@ -439,11 +692,25 @@ static void lookup_uncached(uintptr_t pc, mp_unwind_rule_t* out) {
 #ifdef MP_TEST_HOOKS
   if (mp_test_hook("MP_TEST_UNWIND_FP_ONLY")) return; /* the unwind test's control: frame pointers only */
 #endif
-  if (_dl_find_object((void*)pc, &info) != 0) return; /* JIT code or no object */
+  if (_dl_find_object((void*)pc, &info) != 0 || info.dlfo_eh_frame == NULL) return; /* JIT code or no object */
   const uint8_t* hdr = info.dlfo_eh_frame;
+  const object_t* o = object_of(hdr, &info);
+  if (o != NULL && o->by_file) {
+    int got = rule_by_file(walk, o, hdr, pc, out);
+    if (got >= 0) {
+      atomic_fetch_add_explicit(&rules_by_file, 1, memory_order_relaxed);
+      return;
+    }
+  }
+  atomic_fetch_add_explicit(&rules_by_mapping, 1, memory_order_relaxed);
   const uint8_t* fde = find_fde(hdr, pc);
   mp_unwind_rule_t r;
-  if (fde != NULL && rule_from_fde(fde, pc, (uintptr_t)hdr, &r)) *out = r;
+  if (fde != NULL && rule_from_fde(&mapped, (uintptr_t)fde, pc, (uintptr_t)hdr, &r) > 0) *out = r;
+}
+
+void mp_unwind_counts(uint64_t* by_file, uint64_t* by_mapping) {
+  *by_file = atomic_load(&rules_by_file);
+  *by_mapping = atomic_load(&rules_by_mapping);
 }
 
 /* ---- the cache ---------------------------------------------------------------------------------- */
@@ -469,7 +736,7 @@ static inline uint64_t pack(const mp_unwind_rule_t* r) {
   return v;
 }
 
-void mp_unwind_rule(uintptr_t pc, mp_unwind_rule_t* out) {
+void mp_unwind_rule(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule_t* out) {
   slot_t* s = &cache[slot_of(pc)];
   unsigned seq = atomic_load_explicit(&s->seq, memory_order_acquire);
   if ((seq & 1) == 0 && atomic_load_explicit(&s->pc, memory_order_relaxed) == pc) {
@@ -480,7 +747,7 @@ void mp_unwind_rule(uintptr_t pc, mp_unwind_rule_t* out) {
       return;
     }
   }
-  lookup_uncached(pc, out);
+  lookup_uncached(walk, pc, out);
   if (atomic_flag_test_and_set_explicit(&writer, memory_order_acquire)) return; /* someone else writes */
   unsigned w = atomic_load_explicit(&s->seq, memory_order_relaxed) & ~1u; /* writers take turns (a fork child may inherit an odd one) */
   atomic_store_explicit(&s->seq, w + 1, memory_order_relaxed);
@@ -492,7 +759,11 @@ void mp_unwind_rule(uintptr_t pc, mp_unwind_rule_t* out) {
 }
 
 
-void mp_unwind_child_reinit(void) { atomic_flag_clear(&writer); }
+void mp_unwind_child_reinit(void) {
+  atomic_flag_clear(&writer);
+  atomic_flag_clear(&objects_writer);
+  for (unsigned i = 0; i < OBJECTS_MAX; i++) atomic_flag_clear(&objects[i].cies.writer);
+}
 
 /* The cache's pages are made writable before the first lookup: a lookup reads its slot
  * before a miss writes it, and a read of a never-touched page maps the shared zero page,
@@ -520,7 +791,8 @@ void mp_unwind_prefetch(uintptr_t pc) {
 
 #else /* !MP_UNWIND_CFI */
 
-void mp_unwind_rule(uintptr_t pc, mp_unwind_rule_t* out) {
+void mp_unwind_rule(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule_t* out) {
+  (void)walk;
   (void)pc;
   out->kind = MP_RULE_FP;
   out->cfa_rbp = false;
@@ -528,7 +800,9 @@ void mp_unwind_rule(uintptr_t pc, mp_unwind_rule_t* out) {
   out->fp_off = 0;
 }
 void mp_unwind_child_reinit(void) {}
+void mp_unwind_walk_end(mp_unwind_walk_t* walk) { (void)walk; }
 void mp_unwind_init(void) {}
 void mp_unwind_prefetch(uintptr_t pc) { (void)pc; }
+void mp_unwind_counts(uint64_t* by_file, uint64_t* by_mapping) { *by_file = *by_mapping = 0; }
 
 #endif

@@ -13,7 +13,9 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { release } from 'node:os';
 
-import { fixture } from '../helpers.js';
+import { join } from 'node:path';
+
+import { fixture, root as repoRoot } from '../helpers.js';
 import { mimallocLabel } from '../mimalloc.js';
 import { buildTestHooks, KV, runUnder } from '../reliability/util.js';
 
@@ -28,6 +30,7 @@ function tally(bin: string, env: Record<string, string> = {}) {
   return {
     stacks: kv.num('stacks'), agreed: kv.num('agreed'), fallbacks: kv.num('fallbacks'),
     boundsQuery: kv.num('bounds_query'), boundsText: kv.num('bounds_text'),
+    rulesFile: kv.num('rules_file'), rulesMapped: kv.num('rules_mapped'),
   };
 }
 
@@ -77,3 +80,48 @@ for (const forceText of [false, true]) {
     assert.equal(byQuery ? r.boundsText : r.boundsQuery, 0);
   });
 }
+
+// Rules are read from the objects' files where the kernel names a mapping's file (PROCMAP_QUERY),
+// not through their mappings (unwind.c says why); MP_TEST_UNWIND_MAPPED=1 reads every rule
+// through the mapping, as before. Both give libgcc's stacks.
+for (const mappedOnly of [false, true]) {
+  test(`unwind rules read ${mappedOnly ? 'through the mappings (MP_TEST_UNWIND_MAPPED=1)' : 'from the objects\' files where the kernel names them'}: every stack still libgcc's (${mimallocLabel})`, (t) => {
+    const bin = fixture('unwind', { flags: [...NO_BUILTIN, '-O2', '-fomit-frame-pointer'], variant: '-O2' });
+    const r = tally(bin, mappedOnly ? { MP_TEST_UNWIND_MAPPED: '1' } : {});
+    t.diagnostic(`${r.agreed} of ${r.stacks} identical; rules from files ${r.rulesFile}, through mappings ${r.rulesMapped}`);
+    assert.ok(r.stacks >= 2000);
+    assert.equal(r.agreed, r.stacks);
+    if (mappedOnly || !kernelHasMapQuery()) {
+      assert.equal(r.rulesFile, 0);
+      assert.ok(r.rulesMapped > 20, `${r.rulesMapped} rules`);
+    } else {
+      assert.ok(r.rulesFile > 20, `${r.rulesFile} rules from files`);
+      // the vDSO has no file: its few rules come through its mapping
+      assert.ok(r.rulesMapped <= r.rulesFile / 10, `${r.rulesMapped} rules through mappings`);
+    }
+  });
+}
+
+/** node-mix's Node process profiled (or not), its file-backed RSS in KiB at exit. */
+function nodeRssFile(env: Record<string, string>): number {
+  const code =
+    "process.argv[2] = '30'; const log = console.log; console.log = () => {};" +
+    `require(${JSON.stringify(join(repoRoot, 'bench/fixtures/node-mix.cjs'))}); console.log = log;` +
+    "console.log(/RssFile:\\s+(\\d+)/.exec(require('fs').readFileSync('/proc/self/status', 'utf8'))[1]);";
+  const r = runUnder(buildTestHooks(), process.execPath, ['-e', code], env, 120_000);
+  assert.equal(r.status, 0, r.stderr);
+  return Number(r.stdout.trim().split('\n').pop());
+}
+
+// The gate on what the walk adds to a Node process's file-backed RSS: node's unwind tables
+// (3.4 MB) read from the file add none of their pages; the control that reads them through the
+// mapping adds most of them, and the same bound rejects it. The budget (1 MiB) holds the pages
+// of the profiler's own code that the samples run, and libgcc_s, loaded at start.
+test(`a profiled Node process's file-backed RSS grows by less than 1 MiB; through the mappings it grows by more (${mimallocLabel})`, { skip: !kernelHasMapQuery() && 'Linux < 6.11: no PROCMAP_QUERY, the tables are read through the mappings' }, (t) => {
+  const stopped = nodeRssFile({});
+  const profiled = nodeRssFile({ MIMALLOC_PROF: '1' });
+  const mapped = nodeRssFile({ MIMALLOC_PROF: '1', MP_TEST_UNWIND_MAPPED: '1' });
+  t.diagnostic(`RssFile: stopped ${stopped} KiB, profiling ${profiled} KiB, profiling through the mappings ${mapped} KiB`);
+  assert.ok(profiled - stopped < 1024, `profiling adds ${profiled - stopped} KiB of file pages`);
+  assert.ok(mapped - stopped >= 1024, `the control adds only ${mapped - stopped} KiB: the gate would not catch it`);
+});
