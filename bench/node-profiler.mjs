@@ -1,0 +1,161 @@
+#!/usr/bin/env node
+// What profiling costs a Node process, against what jemalloc's profiler costs it, measured in
+// the same paired run (see bench/README.md).
+//
+//   node bench/node-profiler.mjs [--blocks 40] [--pairs 20] [--json] [--write] [--quick]
+//
+// Figures:
+//  - wall time, CPU time and peak RSS of bench/fixtures/node-mix.cjs 40 under four arms run by
+//    `mimalloc-pprof compare` (each block runs every arm once, in a fresh random order): the
+//    library stopped, the library profiling at the default 512 KiB interval, jemalloc, and
+//    jemalloc with its profiler at the same mean interval (prof:true,lg_prof_sample:19, no
+//    dump). Per block, ours = profiling / stopped, jemalloc's = with / without its profiler,
+//    and ours over jemalloc's; each the median over blocks with a 95 % bootstrap interval
+//    (10 000 resamples of whole blocks);
+//  - where the extra peak RSS goes: --pairs interleaved pairs of bench/fixtures/node-mix-status.cjs
+//    (the same workload, reading /proc/self/status at exit), stopped and profiling: the paired
+//    differences of peak RSS (VmHWM), of its file-backed part and of the rest, against the
+//    profile's own estimate of the live heap at its peak (MIMALLOC_PROF_DUMP_PEAK_AT_EXIT).
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+const readme = join(root, 'bench', 'README.md');
+const BEGIN = '<!-- node-profiler:begin -->';
+const END = '<!-- node-profiler:end -->';
+const { values } = parseArgs({
+  options: {
+    blocks: { type: 'string', default: '40' },
+    pairs: { type: 'string', default: '20' },
+    quick: { type: 'boolean', default: false },
+    json: { type: 'boolean', default: false },
+    write: { type: 'boolean', default: false },
+  },
+});
+const blocks = values.quick ? 2 : Number(values.blocks);
+const pairs = values.quick ? 2 : Number(values.pairs);
+const rounds = values.quick ? '2' : '40';
+if (!(blocks >= 2) || !(pairs >= 2)) die('--blocks and --pairs must be at least 2');
+if (values.write && values.quick) die('--write records full runs only; drop --quick');
+const lib = join(root, 'build', 'libmimalloc-pprof.so');
+const cli = join(root, 'dist', 'src', 'cli', 'bin.js');
+const work = mkdtempSync(join(tmpdir(), 'mpp-bench-node-profiler-'));
+process.on('exit', () => rmSync(work, { recursive: true, force: true }));
+
+function die(message) {
+  console.error(`bench/node-profiler: ${message}`);
+  process.exit(1);
+}
+const note = (m) => values.json || console.error(m);
+
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const k = s.length >> 1;
+  return s.length % 2 ? s[k] : (s[k - 1] + s[k]) / 2;
+};
+let state = 20261203;
+const random = () => ((state = (Math.imul(state, 1103515245) + 12345) >>> 0) / 2 ** 32);
+/** The median of xs with a 95 % bootstrap interval. */
+function estimate(xs) {
+  const m = [];
+  for (let t = 0; t < 10_000; t++) m.push(median(xs.map(() => xs[Math.floor(random() * xs.length)])));
+  m.sort((a, b) => a - b);
+  return { median: median(xs), lo: m[249], hi: m[9749] };
+}
+const ratio = (e) => ({ median: Math.exp(e.median), lo: Math.exp(e.lo), hi: Math.exp(e.hi) });
+
+// ---- the four arms, paired --------------------------------------------------------------------
+note(`bench/node-profiler: ${blocks} blocks of 4 arms (node-mix.cjs ${rounds})…`);
+const jsonOut = join(work, 'compare.json');
+const cmp = spawnSync(process.execPath, [cli, 'compare',
+  '--allocators', 'stopped=mimalloc-pprof,profiling=mimalloc-pprof-profiling,jemalloc,jeprof=jemalloc',
+  '--env', 'jeprof:MALLOC_CONF=prof:true,lg_prof_sample:19', '--baseline', 'stopped',
+  '--blocks', String(blocks), '--seed', '20261203', '--counts', 'off', '--quiet', '--json', jsonOut,
+  '--', process.execPath, join(root, 'bench', 'fixtures', 'node-mix.cjs'), rounds], { encoding: 'utf8' });
+if (cmp.status !== 0) die(`compare failed (${cmp.status}): ${cmp.stderr || cmp.stdout}`);
+const runs = JSON.parse(readFileSync(jsonOut, 'utf8')).runs;
+const byBlock = new Map();
+for (const r of runs) if (r.ok && r.block > 0) byBlock.set(r.block, { ...byBlock.get(r.block), [r.arm]: r.m });
+const complete = [...byBlock.values()].filter((b) => b.stopped && b.profiling && b.jemalloc && b.jeprof);
+if (complete.length < 2) die('jemalloc is not installed, or too few blocks completed (npm test\'s set-up installs it)');
+const costs = {};
+for (const [key, name] of [['wallS', 'wall'], ['cpuS', 'cpu'], ['maxrssBytes', 'peakRss']]) {
+  const ours = complete.map((b) => Math.log(b.profiling[key] / b.stopped[key]));
+  const theirs = complete.map((b) => Math.log(b.jeprof[key] / b.jemalloc[key]));
+  costs[name] = {
+    ours: ratio(estimate(ours)),
+    jemallocProfiler: ratio(estimate(theirs)),
+    oursOverJemalloc: ratio(estimate(ours.map((x, i) => x - theirs[i]))),
+  };
+}
+
+// ---- where the peak RSS goes ------------------------------------------------------------------
+note(`bench/node-profiler: ${pairs} pairs reading /proc/self/status…`);
+function statusRun(profiling, peakFile) {
+  const env = { ...process.env, LD_PRELOAD: lib };
+  for (const k of Object.keys(env)) if (k.startsWith('MIMALLOC_')) delete env[k];
+  // the dumps come after the status is read; the peak profile is written only beside the exit one
+  if (profiling) Object.assign(env, { MIMALLOC_PROF: '1', MIMALLOC_PROF_DUMP_PEAK_AT_EXIT: peakFile, MIMALLOC_PROF_DUMP_AT_EXIT: `${peakFile}.exit` });
+  const r = spawnSync(process.execPath, [join(root, 'bench', 'fixtures', 'node-mix-status.cjs'), rounds], { encoding: 'utf8', env });
+  if (r.status !== 0) die(`node-mix-status.cjs failed (${r.status ?? r.signal}): ${r.stderr}`);
+  return JSON.parse(r.stdout.trim().split('\n').pop());
+}
+const diffs = { hwm: [], file: [], rest: [] };
+const liveAtPeak = [];
+for (let i = 0; i < pairs; i++) {
+  const peakFile = join(work, `peak-${i}.heap`);
+  const first = i % 2 === 0;
+  const a = statusRun(first, peakFile);
+  const b = statusRun(!first, peakFile);
+  const [on, off] = first ? [a, b] : [b, a];
+  diffs.hwm.push(on.hwm - off.hwm);
+  diffs.file.push(on.file - off.file);
+  diffs.rest.push(on.hwm - on.file - (off.hwm - off.file));
+  // "heap profile: N: BYTES [...] @ heap_v2/R": the estimate of bytes in use at the peak
+  const head = /^heap profile:\s*\d+:\s*(\d+)/.exec(readFileSync(peakFile, 'utf8'));
+  if (head) liveAtPeak.push(Number(head[1]) / 1024);
+}
+const rss = {
+  pairs,
+  peakKiB: estimate(diffs.hwm),
+  fileKiB: estimate(diffs.file),
+  restKiB: estimate(diffs.rest),
+  liveHeapAtPeakKiB: { median: median(liveAtPeak), min: Math.min(...liveAtPeak), max: Math.max(...liveAtPeak) },
+};
+
+const result = { date: new Date().toISOString().slice(0, 10), blocks: complete.length, rounds: Number(rounds), costs, rss, cpu: cpus()[0]?.model ?? '?', node: process.version };
+if (values.json) {
+  console.log(JSON.stringify(result, null, 2));
+  process.exit(0);
+}
+
+const x = (r) => `${r.median.toFixed(3)}× [${r.lo.toFixed(3)}, ${r.hi.toFixed(3)}]`;
+const mb = (kib) => `${(kib / 1024).toFixed(2)} MiB`;
+const mbi = (e) => `${e.median >= 0 ? '+' : ''}${mb(e.median)} [${mb(e.lo)}, ${mb(e.hi)}]`;
+const live = rss.liveHeapAtPeakKiB;
+const lines = [
+  BEGIN,
+  `Measured ${result.date} with \`node bench/node-profiler.mjs --write\` (${result.blocks} paired blocks of \`node bench/fixtures/node-mix.cjs ${rounds}\`, ${pairs} status pairs); ${result.cpu.replace(/\s+/g, ' ').trim()}, ${cpus().length} cores, Node ${result.node}. Each cell: the median over blocks of the per-block ratio, with its 95 % bootstrap interval.`,
+  '',
+  '| | ours (profiling / stopped) | jemalloc\'s profiler (with / without) | ours over jemalloc\'s |',
+  '|---|---:|---:|---:|',
+  `| wall time | ${x(costs.wall.ours)} | ${x(costs.wall.jemallocProfiler)} | ${x(costs.wall.oursOverJemalloc)} |`,
+  `| CPU time | ${x(costs.cpu.ours)} | ${x(costs.cpu.jemallocProfiler)} | ${x(costs.cpu.oursOverJemalloc)} |`,
+  `| peak RSS | ${x(costs.peakRss.ours)} | ${x(costs.peakRss.jemallocProfiler)} | ${x(costs.peakRss.oursOverJemalloc)} |`,
+  '',
+  `Peak RSS added by profiling, from ${pairs} interleaved pairs (median of the pairs' differences, 95 % bootstrap interval): **${mbi(rss.peakKiB)}** in all; file-backed pages ${mbi(rss.fileKiB)}; the rest ${mbi(rss.restKiB)}. The profile's estimate of the live heap at its peak: ${mb(live.median)} (${mb(live.min)}–${mb(live.max)}), so 2 % of it is ${mb(live.median * 0.02)}.`,
+  END,
+];
+const block = lines.join('\n');
+console.log(block);
+if (values.write) {
+  const text = readFileSync(readme, 'utf8');
+  const b = text.indexOf(BEGIN);
+  const e = text.indexOf(END);
+  writeFileSync(readme, b >= 0 && e > b ? text.slice(0, b) + block + text.slice(e + END.length) : `${text}\n${block}\n`);
+  note('bench/README.md updated');
+}
