@@ -334,8 +334,8 @@ typedef struct mp_mapping_s {
   uint32_t dev_major, dev_minor;
 } mp_mapping_t;
 bool mp_mapping_query(uintptr_t addr, mp_mapping_t* m);
-/* One walk's state: a file opened by the walk's first miss in an object stays open for the
- * rest of that walk (mp_unwind_walk_end closes it), never longer. */
+/* One walk's state: the file of the object its last miss was in, open until a miss in another
+ * object or the walk's end (mp_unwind_walk_end), never longer. */
 typedef struct mp_unwind_walk_s {
   const void* object;
   int fd;

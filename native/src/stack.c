@@ -109,9 +109,6 @@ static atomic_ullong bounds_by_query, bounds_by_text; /* how each thread's bound
  * kernel has no PROCMAP_QUERY. errno is the caller's to keep. */
 static bool query_mapping(int fd, uintptr_t addr, mp_mapping_t* m) {
   struct mp_procmap_query q = {.size = sizeof(q), .query_addr = addr};
-#ifdef MP_TEST_HOOKS
-  if (mp_test_hook("MP_TEST_MAPS_TEXT")) return false; /* as before Linux 6.11 */
-#endif
   if (ioctl(fd, MP_PROCMAP_QUERY, &q) != 0 || q.vma_start > addr || addr >= q.vma_end) return false;
   m->start = (uintptr_t)q.vma_start;
   m->end = (uintptr_t)q.vma_end;
@@ -139,7 +136,11 @@ static bool mapping_of(uintptr_t addr, uintptr_t* lo, uintptr_t* hi) {
     return false;
   }
   mp_mapping_t m;
-  if (query_mapping(fd, addr, &m)) {
+  bool by_query = true;
+#ifdef MP_TEST_HOOKS
+  by_query = !mp_test_hook("MP_TEST_MAPS_TEXT"); /* the bounds from the text, as before Linux 6.11 */
+#endif
+  if (by_query && query_mapping(fd, addr, &m)) {
     *lo = m.start;
     *hi = m.end;
     close(fd);
@@ -280,7 +281,7 @@ static unsigned drop_own_frames(uintptr_t* frames, unsigned n) {
 static atomic_ullong checked, agreed, fell_back;
 static void mp_stack_count_fallback(void) { atomic_fetch_add(&fell_back, 1); }
 static void report_check(void) {
-  char line[224];
+  char line[256];
   size_t n = 0;
   const char* a = "unwind check: stacks=";
   memcpy(line + n, a, strlen(a));

@@ -297,7 +297,9 @@ static void peak_copy(unsigned generation) {
   for (unsigned i = 0; i < SHARDS; i++) {
     if (mp_lock_briefly(&bshards[i].lock)) continue;
     /* A shard held for longer (its holder descheduled, say): the copy waits for no one.
-     * Still past the mark, the next sample that brings a shard's part in tries again. */
+     * Still past the mark, the next sample that brings a shard's part in tries again; a peak
+     * is lost this way only if the estimate never reaches the mark again, and the peak
+     * profile then shows the last copy, at most one step (1/32) below the mark. */
     while (i-- > 0) mp_unlock(&bshards[i].lock);
     atomic_store_explicit(&peak_busy, false, memory_order_release);
     return;

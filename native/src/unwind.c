@@ -25,7 +25,8 @@
  *  - the data parsed is the objects' own .eh_frame, read from the mapping or, where the kernel
  *    names the mapping's file, from that file (below); every read stays inside the FDE or CIE
  *    whose length it has read, and a malformed entry yields MP_RULE_FP;
- *  - no file descriptor outlives the lookup that opened it, and errno is the caller's;
+ *  - a file opened to read rules is closed by the walk that opened it (a fork child closes the
+ *    ones other threads had open: tracked_open), and errno is the caller's;
  *  - a cache slot is written only by the thread that holds `writer` (others skip caching),
  *    and readers validate a slot by its sequence count, read before and after the slot;
  *  - a cached rule is never invalidated: code unloaded with dlclose and replaced by other
@@ -39,6 +40,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -318,7 +320,7 @@ typedef struct source_s {
 
 static const source_t mapped = {-1, 0, 0, 0, 0, NULL};
 
-#define ENTRY_MAX 1024 /* an FDE read from a file; a longer one is read through the mapping */
+#define ENTRY_MAX 512 /* an FDE read from a file; a longer one is read through the mapping */
 
 /* The entry at address `at`: a cursor over its body (after the length). 0 for the 64-bit form,
  * a terminator or an implausible size; from a file, -1 when it cannot be read whole into buf
@@ -448,11 +450,11 @@ static int rule_from_fde(const source_t* src, uintptr_t fde, uintptr_t pc, uintp
   uint32_t cie_ptr = (uint32_t)rd_fixed(&c, 4);
   if (cie_ptr == 0) return false; /* a CIE, not an FDE */
   cie_t cie;
-  int parsed = src->cies != NULL && cie_recall(src->cies, field - cie_ptr, &cie)
-                   ? 1
-                   : parse_cie(src, field - cie_ptr, cie_buf, sizeof(cie_buf), &cie);
-  if (parsed <= 0) return parsed;
-  if (src->cies != NULL) cie_keep(src->cies, field - cie_ptr, &cie);
+  if (src->cies == NULL || !cie_recall(src->cies, field - cie_ptr, &cie)) {
+    int parsed = parse_cie(src, field - cie_ptr, cie_buf, sizeof(cie_buf), &cie);
+    if (parsed <= 0) return parsed;
+    if (src->cies != NULL) cie_keep(src->cies, field - cie_ptr, &cie);
+  }
   uintptr_t begin = rd_encoded(&c, cie.fde_enc, datarel);
   uintptr_t range = rd_encoded(&c, cie.fde_enc & 0x0f, datarel);
   if (c.bad || pc < begin || pc - begin >= range) return false;
@@ -533,9 +535,9 @@ static const uint8_t* find_fde(const uint8_t* hdr, uintptr_t pc) {
  * miss costs an open, three preads (the table's block, the FDE, its CIE) and a close. No
  * descriptor is kept between misses: the program owns the descriptor table. Anything that does
  * not fit (a path, the sparse pool, an entry) or fails to read is read through the mapping. */
-#define SPARSE_STEP 128u
+#define SPARSE_STEP 64u /* a block of the table read per miss: 512 bytes of stack */
 #define OBJECTS_MAX 64u
-#define SPARSE_POOL 16384u /* starts, 64 KiB of bss touched as written: node takes ~600 */
+#define SPARSE_POOL 16384u /* starts, 64 KiB of bss touched as written: node takes ~1,200 */
 #define SETUP_CHUNK (64u * 1024u)
 
 typedef struct object_s {
@@ -544,10 +546,65 @@ typedef struct object_s {
   uint32_t table_rel;  /* the search table's offset from hdr */
   uint64_t count;      /* its entries */
   source_t src;        /* the file (its fd is the walk's) */
+  uint64_t ino, dev;   /* the file's identity when it was checked against the mapping */
   cie_memo_t cies;
   const int32_t* sparse;
   char path[256];
 } object_t;
+
+/* Descriptors this file has open, so that a fork child, where only the forking thread goes on,
+ * closes those that other threads' walks held (O_CLOEXEC covers exec, not fork): fd + 1, 0 free.
+ * With no free slot the file is not opened (the mapping is read instead). */
+#define TRACKED_MAX 16u
+static atomic_int tracked[TRACKED_MAX];
+
+/* Opened without blocking (a path that became a FIFO, a terminal) and only if it is a regular
+ * file on a local filesystem: on NFS every open asks the server, and a hung mount would hang
+ * malloc, where the mapping needs only the page cache. With `ino`/`dev` nonzero, only if it is
+ * still that file (a library replaced by an upgrade, a relative path after a chdir). */
+static int tracked_open(const char* path, uint64_t ino, uint64_t dev, struct stat* st_out) {
+  unsigned slot = TRACKED_MAX;
+  for (unsigned i = 0; i < TRACKED_MAX && slot == TRACKED_MAX; i++) {
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&tracked[i], &expected, -1)) slot = i; /* claimed */
+  }
+  if (slot == TRACKED_MAX) return -1;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  struct stat st;
+  struct statfs fs;
+  bool ok = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (ino == 0 || (st.st_ino == ino && st.st_dev == dev));
+  if (ok && ino == 0) { /* at setup: where the file lives */
+    ok = fstatfs(fd, &fs) == 0;
+    switch (ok ? (unsigned long)fs.f_type : 0ul) {
+      case 0xEF53ul:     /* ext2/3/4 */
+      case 0x58465342ul: /* xfs */
+      case 0x9123683Eul: /* btrfs */
+      case 0x01021994ul: /* tmpfs */
+      case 0x794C7630ul: /* overlayfs (containers) */
+      case 0x73717368ul: /* squashfs (snaps, AppImages) */
+      case 0x2FC12FC1ul: /* zfs */
+      case 0xF2F52010ul: /* f2fs */
+        break;
+      default: ok = false;
+    }
+  }
+  if (!ok) {
+    if (fd >= 0) close(fd);
+    atomic_store(&tracked[slot], 0);
+    return -1;
+  }
+  if (st_out != NULL) *st_out = st;
+  atomic_store(&tracked[slot], fd + 1);
+  return fd;
+}
+
+static void tracked_close(int fd) {
+  for (unsigned i = 0; i < TRACKED_MAX; i++) {
+    int expected = fd + 1;
+    if (atomic_compare_exchange_strong(&tracked[i], &expected, 0)) break;
+  }
+  close(fd);
+}
 
 static object_t objects[OBJECTS_MAX];
 static atomic_uint objects_n;
@@ -566,10 +623,12 @@ static bool object_setup(object_t* o, const uint8_t* hdr, const struct dl_find_o
   size_t len = strlen(name);
   mp_mapping_t m;
   if (len >= sizeof(o->path) || !mp_mapping_query((uintptr_t)hdr, &m) || m.inode == 0) return false;
-  int fd = open(name, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
   struct stat st;
-  bool ok = fstat(fd, &st) == 0 && st.st_ino == m.inode && major(st.st_dev) == m.dev_major && minor(st.st_dev) == m.dev_minor;
+  int fd = tracked_open(name, 0, 0, &st);
+  if (fd < 0) return false;
+  bool ok = st.st_ino == m.inode && major(st.st_dev) == m.dev_major && minor(st.st_dev) == m.dev_minor;
+  o->ino = st.st_ino;
+  o->dev = st.st_dev;
   o->src = (source_t){fd, m.start, m.start, m.end, m.offset, &o->cies};
   uint8_t head[32];
   ok = ok && pread(fd, head, sizeof(head), (off_t)(m.offset + ((uintptr_t)hdr - m.start))) == (ssize_t)sizeof(head);
@@ -600,7 +659,7 @@ static bool object_setup(object_t* o, const uint8_t* hdr, const struct dl_find_o
     }
   }
   if (chunk != NULL) mp_os_free(chunk, SETUP_CHUNK);
-  close(fd);
+  tracked_close(fd);
   o->src.fd = -1;
   if (!ok) return false;
   sparse_used += starts;
@@ -649,7 +708,7 @@ static int rule_by_file(mp_unwind_walk_t* walk, const object_t* o, const uint8_t
   int result = -1;
   if (walk->object != o) { /* the walk's first miss in o: the previous object's file is done with */
     mp_unwind_walk_end(walk);
-    walk->fd = open(o->path, O_RDONLY | O_CLOEXEC);
+    walk->fd = tracked_open(o->path, o->ino, o->dev, NULL);
     walk->object = o;
   }
   source_t src = o->src;
@@ -676,7 +735,7 @@ static int rule_by_file(mp_unwind_walk_t* walk, const object_t* o, const uint8_t
 void mp_unwind_walk_end(mp_unwind_walk_t* walk) {
   if (walk->fd >= 0) {
     int saved = errno;
-    close(walk->fd);
+    tracked_close(walk->fd);
     errno = saved;
   }
   walk->fd = -1;
@@ -714,7 +773,7 @@ void mp_unwind_counts(uint64_t* by_file, uint64_t* by_mapping) {
 }
 
 /* ---- the cache ---------------------------------------------------------------------------------- */
-#define CACHE_SLOTS 8192u /* 192 KiB of zero pages until used */
+#define CACHE_SLOTS 8192u /* 192 KiB, made resident when profiling starts (mp_unwind_init) */
 
 /* A slot is valid for a reader when its sequence is even and the same before and after the
  * reader read pc and rule: a writer makes it odd, writes both, then makes it even again, so
@@ -760,6 +819,10 @@ void mp_unwind_rule(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule_t* out)
 
 
 void mp_unwind_child_reinit(void) {
+  for (unsigned i = 0; i < TRACKED_MAX; i++) { /* other threads' walks, gone with their threads */
+    int v = atomic_exchange(&tracked[i], 0);
+    if (v > 0) close(v - 1);
+  }
   atomic_flag_clear(&writer);
   atomic_flag_clear(&objects_writer);
   for (unsigned i = 0; i < OBJECTS_MAX; i++) atomic_flag_clear(&objects[i].cies.writer);
@@ -773,13 +836,17 @@ void mp_unwind_child_reinit(void) {
 void mp_unwind_init(void) {
   uintptr_t lo = ((uintptr_t)&cache[0] + 4095) & ~(uintptr_t)4095, hi = (uintptr_t)&cache[CACHE_SLOTS] & ~(uintptr_t)4095;
   if (hi <= lo) return;
+  int saved = errno;
 #ifdef MADV_POPULATE_WRITE
-  if (madvise((void*)lo, hi - lo, MADV_POPULATE_WRITE) == 0) return;
+  bool done = madvise((void*)lo, hi - lo, MADV_POPULATE_WRITE) == 0;
+#else
+  bool done = false;
 #endif
-  for (uintptr_t a = lo; a < hi; a += 4096) { /* before Linux 5.14: a write per page */
-    slot_t* s = (slot_t*)(a + (sizeof(slot_t) - a % sizeof(slot_t)) % sizeof(slot_t));
+  for (uintptr_t a = lo; !done && a < hi; a += 4096) { /* before Linux 5.14: a write per page */
+    slot_t* s = &cache[(a - (uintptr_t)cache + sizeof(slot_t) - 1) / sizeof(slot_t)]; /* the first slot on it */
     atomic_fetch_add_explicit(&s->seq, 0, memory_order_relaxed); /* a write that changes nothing */
   }
+  errno = saved;
 }
 
 /* A slot may straddle two cache lines: both are asked for. */

@@ -71,7 +71,7 @@ void mp_lock(mp_lock_t* lock) {
 }
 
 bool mp_lock_briefly(mp_lock_t* lock) {
-  for (unsigned spins = 0; spins <= 64; spins++) {
+  for (unsigned spins = 0; spins <= 256; spins++) { /* a critical section's length, several times over */
     if (!atomic_load_explicit(&lock->held, memory_order_relaxed) &&
         !atomic_exchange_explicit(&lock->held, 1, memory_order_acquire)) {
       note_lock(lock);
