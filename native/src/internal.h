@@ -384,12 +384,18 @@ uint64_t mp_jit_map_bytes(void);
 void mp_jit_child_reinit(void);
 /* Removes the record of p if there is one, and returns it (size 0: none). */
 mp_recorded_t mp_table_remove(uintptr_t p);
-/* The free filter's second test (after the place test): counts of records by a hash of their
- * block's address, written under the record's shard lock with atomic adds, read without it.
- * A count is 0 only if no record hashes there, so a free that reads 0 skips the shard lock and
- * its probe; with a few hundred live samples, 1 free in 30 of those that pass the place test
- * still looks (a count of records per shard, 64 of them, had sent 1 in 8 there on Node). */
+/* The free filter's tests after the place test, both counts of records written under the
+ * record's shard lock with atomic operations and read without it: the record shard's count
+ * (64 of them, a line each: they stay in cache), then the count of records whose block
+ * address hashes where p's does (8192 of them, 32 KiB: a cache miss, paid only by frees that
+ * pass the first). A count is 0 only if no record is counted there, so a free that reads a 0
+ * skips the shard lock and its probe. On Node the shard's count alone said "maybe" to 1 free in
+ * 8 of those that pass the place test, and the hashed count alone missed the cache on all. */
 #define MP_RECORD_SHARDS 64u
+typedef struct mp_shard_count_s {
+  _Alignas(64) size_t n;
+} mp_shard_count_t;
+extern mp_shard_count_t mp_record_counts[MP_RECORD_SHARDS];
 #define MP_RECORD_HINTS 8192u
 extern uint32_t mp_record_hints[MP_RECORD_HINTS];
 static inline unsigned mp_record_shard_of(uintptr_t p) {
@@ -402,11 +408,12 @@ static inline unsigned mp_record_hint_of(uintptr_t p) {
 }
 /* Any thread, no lock: false only if p has no record. A record of p is counted before the
  * sampled block is returned, and the free of p comes after that return in the program's own
- * order, so its count is at least 1 for as long as the record exists. (That order is
+ * order, so both its counts are at least 1 for as long as the record exists. (That order is
  * happens-before when the program hands p over with a lock or release/acquire; a hand-over
  * by relaxed atomics gets it from x86's ordering, not from C11.) */
 static inline bool mp_table_may_hold(uintptr_t p) {
-  return __atomic_load_n(&mp_record_hints[mp_record_hint_of(p)], __ATOMIC_RELAXED) != 0;
+  return __atomic_load_n(&mp_record_counts[mp_record_shard_of(p)].n, __ATOMIC_RELAXED) != 0 &&
+         __atomic_load_n(&mp_record_hints[mp_record_hint_of(p)], __ATOMIC_RELAXED) != 0;
 }
 void mp_table_init(void); /* once, before the first record: the counts' pages made writable */
 mp_recorded_t mp_table_lookup(uintptr_t p); /* takes p's shard lock: inside a sampler section only */

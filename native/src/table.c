@@ -66,7 +66,6 @@ typedef struct record_shard_s {
   /* This shard's change to the estimate of bytes in use not yet added to est_live; read and
    * written under the lock only; |pending| < EST_FLUSH between critical sections. */
   int64_t pending;
-  size_t count; /* records in slots */
   char pad[64];
 } record_shard_t;
 
@@ -210,6 +209,8 @@ static bool record_grow(record_shard_t* s) {
  * high rate mostly lock shards no other thread is using, where a hash of the address would
  * send every thread to every shard's line. */
 static record_shard_t* record_shard(uintptr_t addr) { return &rshards[mp_record_shard_of(addr)]; }
+mp_shard_count_t mp_record_counts[RSHARDS]; /* a shard's count of records in its slots */
+static size_t* count_of(const record_shard_t* s) { return &mp_record_counts[s - rshards].n; }
 
 uint32_t mp_record_hints[MP_RECORD_HINTS];
 static void hint_add(uintptr_t addr, int32_t delta) {
@@ -218,7 +219,7 @@ static void hint_add(uintptr_t addr, int32_t delta) {
   (void)before;
 }
 
-/* The counts are read by every free that passes the place test before any is written: a read
+/* The hashed counts are read by frees before any is written: a read
  * of a never-touched page maps the shared zero page, whose replacement at the first write
  * flushes the TLB of every CPU running the process (osmem.c). So their pages are written at
  * start. */
@@ -254,7 +255,7 @@ static void record_delete(record_shard_t* s, size_t j) {
   }
   s->slots[j].addr = 0;
   s->slots[j].tagged = 0;
-  s->count--;
+  __atomic_store_n(count_of(s), *count_of(s) - 1, __ATOMIC_RELAXED);
 }
 
 /* A record of b is gone (or an add failed): b may retire, and is not touched after that. */
@@ -386,7 +387,7 @@ int mp_table_add(uintptr_t p, size_t size, bool rounded, const uintptr_t* frames
     (void)est_change(rs, -estimate_of(rec_bucket(&rs->slots[j])->size));
     bucket_release_live(rec_bucket(&rs->slots[j]));
     rs->slots[j].tagged = rec_tag(b, rounded);
-  } else if ((rs->count + 1) * 2 > rs->cap && !record_grow(rs)) {
+  } else if ((*count_of(rs) + 1) * 2 > rs->cap && !record_grow(rs)) {
     ok = false;
     bucket_release_live(b);
   } else {
@@ -394,7 +395,7 @@ int mp_table_add(uintptr_t p, size_t size, bool rounded, const uintptr_t* frames
     while (rs->slots[j].addr != 0) j = (j + 1) & (rs->cap - 1);
     rs->slots[j].addr = p;
     rs->slots[j].tagged = rec_tag(b, rounded);
-    rs->count++;
+    __atomic_store_n(count_of(rs), *count_of(rs) + 1, __ATOMIC_RELAXED);
     hint_add(p, 1);
   }
   if (ok) peaked = est_change(rs, estimate_of(size));
@@ -442,7 +443,7 @@ int64_t mp_table_clear(bool with_whole) {
     mp_os_free(rs->slots, rs->cap * sizeof(record_t));
     rs->slots = NULL;
     rs->cap = 0;
-    rs->count = 0;
+    __atomic_store_n(count_of(rs), 0, __ATOMIC_RELAXED);
     rs->pending = 0;
     mp_unlock(&rs->lock);
   }
@@ -542,7 +543,7 @@ void mp_table_check(void) {
       mp_assert(bucket_linked(rec_bucket(&rs->slots[j])));
       rec_bucket(&rs->slots[j])->refs++;
     }
-    mp_assert(count == rs->count && (rs->cap == 0 || 2 * count <= rs->cap));
+    mp_assert(count == *count_of(rs) && (rs->cap == 0 || 2 * count <= rs->cap));
     records += count;
   }
   mp_assert(hinted == records); /* every lock is held: no add or removal is between its two steps */
