@@ -17,16 +17,15 @@
 //    differences of peak RSS (VmHWM), of its file-backed part and of the rest, against the
 //    profile's own estimate of the live heap at its peak (MIMALLOC_PROF_DUMP_PEAK_AT_EXIT).
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
+import { median, writeBlock } from './readme-block.mjs';
+
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const readme = join(root, 'bench', 'README.md');
-const BEGIN = '<!-- node-profiler:begin -->';
-const END = '<!-- node-profiler:end -->';
 const { values } = parseArgs({
   options: {
     blocks: { type: 'string', default: '40' },
@@ -52,11 +51,6 @@ function die(message) {
 }
 const note = (m) => values.json || console.error(m);
 
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const k = s.length >> 1;
-  return s.length % 2 ? s[k] : (s[k - 1] + s[k]) / 2;
-};
 let state = 20261203;
 const random = () => ((state = (Math.imul(state, 1103515245) + 12345) >>> 0) / 2 ** 32);
 /** The median of xs with a 95 % bootstrap interval. */
@@ -138,7 +132,6 @@ const mb = (kib) => `${(kib / 1024).toFixed(2)} MiB`;
 const mbi = (e) => `${e.median >= 0 ? '+' : ''}${mb(e.median)} [${mb(e.lo)}, ${mb(e.hi)}]`;
 const live = rss.liveHeapAtPeakKiB;
 const lines = [
-  BEGIN,
   `Measured ${result.date} with \`node bench/node-profiler.mjs --write\` (${result.blocks} paired blocks of \`node bench/fixtures/node-mix.cjs ${rounds}\`, ${pairs} status pairs); ${result.cpu.replace(/\s+/g, ' ').trim()}, ${cpus().length} cores, Node ${result.node}. Each cell: the median over blocks of the per-block ratio, with its 95 % bootstrap interval.`,
   '',
   '| | ours (profiling / stopped) | jemalloc\'s profiler (with / without) | ours over jemalloc\'s |',
@@ -148,14 +141,9 @@ const lines = [
   `| peak RSS | ${x(costs.peakRss.ours)} | ${x(costs.peakRss.jemallocProfiler)} | ${x(costs.peakRss.oursOverJemalloc)} |`,
   '',
   `Peak RSS added by profiling, from ${pairs} interleaved pairs (median of the pairs' differences, 95 % bootstrap interval): **${mbi(rss.peakKiB)}** in all; file-backed pages ${mbi(rss.fileKiB)}; the rest ${mbi(rss.restKiB)}. The profile's estimate of the live heap at its peak: ${mb(live.median)} (${mb(live.min)}–${mb(live.max)}), so 2 % of it is ${mb(live.median * 0.02)}.`,
-  END,
 ];
-const block = lines.join('\n');
-console.log(block);
+console.log(lines.join('\n'));
 if (values.write) {
-  const text = readFileSync(readme, 'utf8');
-  const b = text.indexOf(BEGIN);
-  const e = text.indexOf(END);
-  writeFileSync(readme, b >= 0 && e > b ? text.slice(0, b) + block + text.slice(e + END.length) : `${text}\n${block}\n`);
+  writeBlock('node-profiler', lines);
   note('bench/README.md updated');
 }

@@ -16,16 +16,15 @@
 // Each figure is the median over --pairs pairs; each pair runs both arms in alternating order.
 // MIMALLOC_PPROF_LIB names another preload library (default build/libmimalloc-pprof.so).
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, statSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
+import { median, readme, writeBlock } from './readme-block.mjs';
+
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const readme = join(root, 'bench', 'README.md');
-const BEGIN = '<!-- sample-cost:begin -->';
-const END = '<!-- sample-cost:end -->';
 const { values } = parseArgs({
   options: {
     pairs: { type: 'string', default: '9' },
@@ -49,11 +48,6 @@ function die(message) {
 }
 
 const note = (m) => values.json || console.error(m);
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const k = s.length >> 1;
-  return s.length % 2 ? s[k] : (s[k - 1] + s[k]) / 2;
-};
 
 function build(variant, flags) {
   const src = join(root, 'bench', 'sample_cost.c');
@@ -154,16 +148,10 @@ else console.log(lines.join('\n'));
 
 if (values.write) {
   const date = new Date().toISOString().slice(0, 10);
-  const block = [
-    BEGIN,
+  writeBlock('sample-cost', [
     `Measured ${date} with \`node bench/sample-cost.mjs --write\` (${pairs} pairs per figure, medians); ${cpus()[0]?.model ?? 'unknown CPU'}, ${cpus().length} cores, Node ${process.version}; preload library \`${lib.startsWith(root) ? lib.slice(root.length + 1) : lib}\`.`,
     '',
     ...lines,
-    END,
-  ].join('\n');
-  const text = readFileSync(readme, 'utf8');
-  const b = text.indexOf(BEGIN);
-  const e = text.indexOf(END);
-  writeFileSync(readme, b >= 0 && e > b ? text.slice(0, b) + block + text.slice(e + END.length) : `${text}\n${block}\n`);
+  ]);
   note(`bench/sample-cost: figures written to ${readme}`);
 }

@@ -280,39 +280,27 @@ static unsigned drop_own_frames(uintptr_t* frames, unsigned n) {
  * caller of the interposed call; backtrace's own extra frames (this library's) are skipped. */
 static atomic_ullong checked, agreed, fell_back;
 static void mp_stack_count_fallback(void) { atomic_fetch_add(&fell_back, 1); }
+/* " name=value" at line + *n, within the line's cap. */
+static void report_field(char* line, size_t cap, size_t* n, const char* name, uint64_t value) {
+  size_t len = strlen(name);
+  if (*n + len + 24 > cap) return;
+  memcpy(line + *n, name, len);
+  *n += len;
+  *n += mp_fmt_u64(line + *n, value);
+}
+
 static void report_check(void) {
   char line[256];
   size_t n = 0;
-  const char* a = "unwind check: stacks=";
-  memcpy(line + n, a, strlen(a));
-  n += strlen(a);
-  n += mp_fmt_u64(line + n, atomic_load(&checked));
-  const char* b = " agreed=";
-  memcpy(line + n, b, strlen(b));
-  n += strlen(b);
-  n += mp_fmt_u64(line + n, atomic_load(&agreed));
-  const char* c = " fallbacks=";
-  memcpy(line + n, c, strlen(c));
-  n += strlen(c);
-  n += mp_fmt_u64(line + n, atomic_load(&fell_back));
-  const char* d = " bounds_query=";
-  memcpy(line + n, d, strlen(d));
-  n += strlen(d);
-  n += mp_fmt_u64(line + n, atomic_load(&bounds_by_query));
-  const char* e = " bounds_text=";
-  memcpy(line + n, e, strlen(e));
-  n += strlen(e);
-  n += mp_fmt_u64(line + n, atomic_load(&bounds_by_text));
   uint64_t by_file, by_mapping;
   mp_unwind_counts(&by_file, &by_mapping);
-  const char* f = " rules_file=";
-  memcpy(line + n, f, strlen(f));
-  n += strlen(f);
-  n += mp_fmt_u64(line + n, by_file);
-  const char* g = " rules_mapped=";
-  memcpy(line + n, g, strlen(g));
-  n += strlen(g);
-  n += mp_fmt_u64(line + n, by_mapping);
+  report_field(line, sizeof(line), &n, "unwind check: stacks=", atomic_load(&checked));
+  report_field(line, sizeof(line), &n, " agreed=", atomic_load(&agreed));
+  report_field(line, sizeof(line), &n, " fallbacks=", atomic_load(&fell_back));
+  report_field(line, sizeof(line), &n, " bounds_query=", atomic_load(&bounds_by_query));
+  report_field(line, sizeof(line), &n, " bounds_text=", atomic_load(&bounds_by_text));
+  report_field(line, sizeof(line), &n, " rules_file=", by_file);
+  report_field(line, sizeof(line), &n, " rules_mapped=", by_mapping);
   line[n++] = '\n';
   (void)!write(2, line, n);
 }

@@ -1,0 +1,33 @@
+/** The Node profiler-cost benchmark (bench/node-profiler.mjs) runs both parts and reports finite
+ * figures: the three per-block ratios for wall, CPU and peak RSS, each median inside its own
+ * interval, and the peak RSS split into file-backed pages and the rest, with the profile's
+ * estimate of the live heap. Structure only: timings belong in bench/README.md. */
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { test } from 'node:test';
+
+import { root } from '../helpers.js';
+
+interface Estimate { median: number; lo: number; hi: number }
+interface Report {
+  blocks: number;
+  costs: Record<'wall' | 'cpu' | 'peakRss', { ours: Estimate; jemallocProfiler: Estimate; oursOverJemalloc: Estimate }>;
+  rss: { pairs: number; peakKiB: Estimate; fileKiB: Estimate; restKiB: Estimate; liveHeapAtPeakKiB: { median: number; min: number; max: number } };
+}
+
+test('bench/node-profiler.mjs --quick --json: every figure, finite, each median within its interval', () => {
+  const r = spawnSync(process.execPath, [join(root, 'bench', 'node-profiler.mjs'), '--quick', '--json'], { encoding: 'utf8', timeout: 300_000 });
+  assert.equal(r.status, 0, r.stderr);
+  const report = JSON.parse(r.stdout) as Report;
+  assert.equal(report.blocks, 2);
+  for (const metric of ['wall', 'cpu', 'peakRss'] as const) {
+    for (const [name, e] of Object.entries(report.costs[metric])) {
+      assert.ok(Number.isFinite(e.median) && e.median > 0, `${metric} ${name}: ${JSON.stringify(e)}`);
+      assert.ok(e.lo <= e.median && e.median <= e.hi, `${metric} ${name}: ${JSON.stringify(e)}`);
+    }
+  }
+  assert.equal(report.rss.pairs, 2);
+  for (const e of [report.rss.peakKiB, report.rss.fileKiB, report.rss.restKiB]) assert.ok(Number.isFinite(e.median) && e.lo <= e.hi);
+  assert.ok(report.rss.liveHeapAtPeakKiB.min > 0 && report.rss.liveHeapAtPeakKiB.min <= report.rss.liveHeapAtPeakKiB.max);
+});
