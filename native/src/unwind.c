@@ -598,12 +598,17 @@ static int tracked_open(const char* path, uint64_t ino, uint64_t dev, struct sta
   return fd;
 }
 
+/* Closes fd only if it is still tracked: a fork child has closed the descriptors it inherited
+ * (a fork from a signal handler that interrupted a walk resumes that walk in the child), and
+ * their numbers may name the child's own files by now. */
 static void tracked_close(int fd) {
   for (unsigned i = 0; i < TRACKED_MAX; i++) {
     int expected = fd + 1;
-    if (atomic_compare_exchange_strong(&tracked[i], &expected, 0)) break;
+    if (atomic_compare_exchange_strong(&tracked[i], &expected, 0)) {
+      close(fd);
+      return;
+    }
   }
-  close(fd);
 }
 
 static object_t objects[OBJECTS_MAX];
