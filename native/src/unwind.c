@@ -41,6 +41,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -572,7 +573,9 @@ static int tracked_open(const char* path, uint64_t ino, uint64_t dev, struct sta
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   struct stat st;
   struct statfs fs;
-  bool ok = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (ino == 0 || (st.st_ino == ino && st.st_dev == dev));
+  /* the system call itself: glibc's fstat is fstatat(fd, "", AT_EMPTY_PATH), a path lookup */
+  bool ok = fd >= 0 && syscall(SYS_fstat, fd, &st) == 0 && S_ISREG(st.st_mode) &&
+            (ino == 0 || (st.st_ino == ino && st.st_dev == dev));
   if (ok && ino == 0) { /* at setup: where the file lives */
     ok = fstatfs(fd, &fs) == 0;
     switch (ok ? (unsigned long)fs.f_type : 0ul) {
