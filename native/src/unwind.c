@@ -505,24 +505,37 @@ static int rule_from_fde(const source_t* src, uintptr_t fde, uintptr_t pc, uintp
 }
 
 /* The FDE covering pc through the object's .eh_frame_hdr binary-search table. */
-static const uint8_t* find_fde(const uint8_t* hdr, uintptr_t pc) {
-  if (hdr == NULL || hdr[0] != 1) return NULL;
-  uint8_t ptr_enc = hdr[1], count_enc = hdr[2], table_enc = hdr[3];
-  if (table_enc != 0x3b) return NULL; /* datarel | sdata4: what every linker writes */
-  cursor_t c = {hdr + 4, hdr + 4 + 32, false, 0};
-  (void)rd_encoded(&c, ptr_enc, (uintptr_t)hdr);
-  uint64_t count = rd_encoded(&c, count_enc, (uintptr_t)hdr);
-  if (c.bad || count == 0 || count > (1u << 28)) return NULL;
-  const int32_t* table = (const int32_t*)(const void*)c.p;
-  intptr_t rel = (intptr_t)(pc - (uintptr_t)hdr);
-  size_t lo = 0, hi = count;
-  if (rel < table[0]) return NULL;
-  while (hi - lo > 1) { /* the last entry whose start <= pc */
+/* The search table's entry count and offset from the header's first 32 bytes at `head` (the
+ * mapping itself, or a copy of it read from the file: `hdr` is where it is mapped); false for a
+ * form this file does not read. */
+static bool parse_hdr(const uint8_t* head, const uint8_t* hdr, uint64_t* count, uint32_t* table_rel) {
+  if (head[0] != 1 || head[3] != 0x3b) return false; /* version 1; table datarel | sdata4: what every linker writes */
+  cursor_t c = {head + 4, head + 32, false, (intptr_t)((uintptr_t)hdr - (uintptr_t)head)};
+  (void)rd_encoded(&c, head[1], (uintptr_t)hdr); /* eh_frame_ptr */
+  *count = rd_encoded(&c, head[2], (uintptr_t)hdr);
+  *table_rel = (uint32_t)(c.p - head);
+  return !c.bad && *count != 0 && *count <= (1u << 28);
+}
+
+/* Of the n entries `stride` int32s apart at a, sorted by value, the last one <= rel; a[0] <= rel. */
+static size_t last_at_or_below(const int32_t* a, size_t stride, size_t n, intptr_t rel) {
+  size_t lo = 0, hi = n;
+  while (hi - lo > 1) {
     size_t mid = lo + (hi - lo) / 2;
-    if (table[2 * mid] <= rel) lo = mid;
+    if (a[stride * mid] <= rel) lo = mid;
     else hi = mid;
   }
-  return hdr + table[2 * lo + 1];
+  return lo;
+}
+
+static const uint8_t* find_fde(const uint8_t* hdr, uintptr_t pc) {
+  uint64_t count;
+  uint32_t table_rel;
+  if (hdr == NULL || !parse_hdr(hdr, hdr, &count, &table_rel)) return NULL;
+  const int32_t* table = (const int32_t*)(const void*)(hdr + table_rel);
+  intptr_t rel = (intptr_t)(pc - (uintptr_t)hdr);
+  if (rel < table[0]) return NULL;
+  return hdr + table[2 * last_at_or_below(table, 2, count, rel) + 1];
 }
 
 /* ---- the tables read from the file ------------------------------------------------------------ */
@@ -639,32 +652,21 @@ static bool object_setup(object_t* o, const uint8_t* hdr, const struct dl_find_o
   o->dev = st.st_dev;
   o->src = (source_t){fd, m.start, m.start, m.end, m.offset, &o->cies};
   uint8_t head[32];
-  ok = ok && pread(fd, head, sizeof(head), (off_t)(m.offset + ((uintptr_t)hdr - m.start))) == (ssize_t)sizeof(head);
-  if (ok) { /* as find_fde reads it */
-    cursor_t c = {head + 4, head + sizeof(head), false, (intptr_t)((uintptr_t)hdr - (uintptr_t)head)};
-    (void)rd_encoded(&c, head[1], (uintptr_t)hdr);
-    o->count = rd_encoded(&c, head[2], (uintptr_t)hdr);
-    o->table_rel = (uint32_t)(c.p - head);
-    ok = head[0] == 1 && head[3] == 0x3b && !c.bad && o->count != 0 && o->count <= (1u << 28) &&
-         (uintptr_t)hdr + o->table_rel + o->count * 8 <= m.end;
-  }
+  ok = ok && pread(fd, head, sizeof(head), (off_t)(m.offset + ((uintptr_t)hdr - m.start))) == (ssize_t)sizeof(head) &&
+       parse_hdr(head, hdr, &o->count, &o->table_rel) && (uintptr_t)hdr + o->table_rel + o->count * 8 <= m.end;
   unsigned starts = ok ? (unsigned)((o->count + SPARSE_STEP - 1) / SPARSE_STEP) : 0;
   ok = ok && starts <= SPARSE_POOL - sparse_used;
   int32_t* sparse = sparse_pool + sparse_used;
   /* The table read once in chunks of SETUP_CHUNK bytes, a whole number of blocks (node's
-   * 600 KB in ten reads), or a start at a time if no buffer can be had. */
+   * 600 KB in ten reads). Without a buffer the mapping is read instead. */
   uint64_t table_off = m.offset + ((uintptr_t)hdr - m.start) + o->table_rel;
   int32_t* chunk = ok ? mp_os_alloc_transient(SETUP_CHUNK) : NULL;
+  ok = ok && chunk != NULL;
   for (unsigned i = 0; ok && i < starts;) {
     uint64_t first = (uint64_t)i * SPARSE_STEP;
-    if (chunk != NULL) {
-      size_t entries = o->count - first < SETUP_CHUNK / 8 ? (size_t)(o->count - first) : SETUP_CHUNK / 8;
-      ok = pread(fd, chunk, entries * 8, (off_t)(table_off + first * 8)) == (ssize_t)(entries * 8);
-      for (size_t k = 0; ok && k < entries; k += SPARSE_STEP) sparse[i++] = chunk[2 * k];
-    } else {
-      ok = pread(fd, &sparse[i], 4, (off_t)(table_off + first * 8)) == 4;
-      i++;
-    }
+    size_t entries = o->count - first < SETUP_CHUNK / 8 ? (size_t)(o->count - first) : SETUP_CHUNK / 8;
+    ok = pread(fd, chunk, entries * 8, (off_t)(table_off + first * 8)) == (ssize_t)(entries * 8);
+    for (size_t k = 0; ok && k < entries; k += SPARSE_STEP) sparse[i++] = chunk[2 * k];
   }
   if (chunk != NULL) mp_os_free(chunk, SETUP_CHUNK);
   tracked_close(fd);
@@ -704,12 +706,7 @@ static int rule_by_file(mp_unwind_walk_t* walk, const object_t* o, const uint8_t
                         mp_unwind_rule_t* out) {
   intptr_t rel = (intptr_t)(pc - (uintptr_t)hdr);
   if (rel < o->sparse[0]) return 0;
-  size_t lo = 0, hi = (size_t)((o->count + SPARSE_STEP - 1) / SPARSE_STEP);
-  while (hi - lo > 1) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (o->sparse[mid] <= rel) lo = mid;
-    else hi = mid;
-  }
+  size_t lo = last_at_or_below(o->sparse, 1, (size_t)((o->count + SPARSE_STEP - 1) / SPARSE_STEP), rel);
   uint64_t first = (uint64_t)lo * SPARSE_STEP;
   size_t n = o->count - first < SPARSE_STEP ? (size_t)(o->count - first) : SPARSE_STEP;
   int saved = errno;
@@ -725,12 +722,7 @@ static int rule_by_file(mp_unwind_walk_t* walk, const object_t* o, const uint8_t
     int32_t block[2 * SPARSE_STEP];
     uintptr_t at = (uintptr_t)hdr + o->table_rel + first * 8;
     if (pread(src.fd, block, n * 8, (off_t)(src.off + (at - src.base))) == (ssize_t)(n * 8)) {
-      size_t a = 0, b = n; /* the last entry whose start <= pc: block[0] is sparse[lo] <= rel */
-      while (b - a > 1) {
-        size_t mid = a + (b - a) / 2;
-        if (block[2 * mid] <= rel) a = mid;
-        else b = mid;
-      }
+      size_t a = last_at_or_below(block, 2, n, rel); /* block[0] is sparse[lo] <= rel */
       mp_unwind_rule_t r;
       result = rule_from_fde(&src, (uintptr_t)hdr + (uintptr_t)(intptr_t)block[2 * a + 1], pc, (uintptr_t)hdr, &r);
       if (result > 0) *out = r;

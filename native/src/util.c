@@ -59,12 +59,14 @@ void mp_locks_forget(void) {}
 unsigned mp_locks_held(void) { return 0; }
 #endif
 
+static inline bool try_take(mp_lock_t* lock) {
+  return !atomic_load_explicit(&lock->held, memory_order_relaxed) &&
+         !atomic_exchange_explicit(&lock->held, 1, memory_order_acquire);
+}
+
 void mp_lock(mp_lock_t* lock) {
   note_lock(lock);
-  for (unsigned spins = 0;; spins++) {
-    if (!atomic_load_explicit(&lock->held, memory_order_relaxed) &&
-        !atomic_exchange_explicit(&lock->held, 1, memory_order_acquire))
-      return;
+  for (unsigned spins = 0; !try_take(lock); spins++) {
     if (spins > 64) sched_yield();
     else __builtin_ia32_pause();
   }
@@ -72,8 +74,7 @@ void mp_lock(mp_lock_t* lock) {
 
 bool mp_lock_briefly(mp_lock_t* lock) {
   for (unsigned spins = 0; spins <= 256; spins++) { /* a critical section's length, several times over */
-    if (!atomic_load_explicit(&lock->held, memory_order_relaxed) &&
-        !atomic_exchange_explicit(&lock->held, 1, memory_order_acquire)) {
+    if (try_take(lock)) {
       note_lock(lock);
       return true;
     }

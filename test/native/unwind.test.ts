@@ -65,39 +65,33 @@ test('positive control: frame-pointer steps alone, without the fallback (MP_TEST
   assert.ok(agreed < stacks / 2, `${agreed} of ${stacks} agreed without the unwind rules`);
 });
 
-// A thread's stack bounds bound every read of the walk. Learned with one ioctl where the kernel
-// has PROCMAP_QUERY, else by reading /proc/self/maps (MP_TEST_MAPS_TEXT=1 forces that path):
-// both must give the same stacks, on the fixture's three threads.
-for (const forceText of [false, true]) {
-  test(`stack bounds from ${forceText ? 'the text of /proc/self/maps (MP_TEST_MAPS_TEXT=1)' : 'PROCMAP_QUERY where the kernel has it'}: every stack still libgcc's (${mimallocLabel})`, (t) => {
+// Two sources each, on the fixture's three threads, all giving libgcc's stacks:
+// - a thread's stack bounds (which bound every read of the walk): one ioctl where the kernel has
+//   PROCMAP_QUERY, else the text of /proc/self/maps (MP_TEST_MAPS_TEXT=1 forces the text);
+// - the unwind rules: from the objects' files where the kernel names a mapping's file (unwind.c
+//   says why), else through their mappings (MP_TEST_UNWIND_MAPPED=1 forces the mappings).
+const query = kernelHasMapQuery();
+const sources: { title: string; env: Record<string, string>; boundsByQuery: boolean; rulesFromFiles: boolean }[] = [
+  { title: 'bounds by PROCMAP_QUERY, rules from the objects\' files, where the kernel has it', env: {}, boundsByQuery: query, rulesFromFiles: query },
+  { title: 'bounds from the text of /proc/self/maps (MP_TEST_MAPS_TEXT=1)', env: { MP_TEST_MAPS_TEXT: '1' }, boundsByQuery: false, rulesFromFiles: query },
+  { title: 'rules through the mappings (MP_TEST_UNWIND_MAPPED=1)', env: { MP_TEST_UNWIND_MAPPED: '1' }, boundsByQuery: query, rulesFromFiles: false },
+];
+for (const c of sources) {
+  test(`${c.title}: every stack still libgcc's (${mimallocLabel})`, (t) => {
     const bin = fixture('unwind', { flags: [...NO_BUILTIN, '-O2', '-fomit-frame-pointer'], variant: '-O2' });
-    const r = tally(bin, forceText ? { MP_TEST_MAPS_TEXT: '1' } : {});
-    t.diagnostic(`${r.agreed} of ${r.stacks} identical; bounds by ioctl ${r.boundsQuery}, by text ${r.boundsText}`);
+    const r = tally(bin, c.env);
+    t.diagnostic(`${r.agreed} of ${r.stacks} identical; bounds by ioctl ${r.boundsQuery}, by text ${r.boundsText}; rules from files ${r.rulesFile}, through mappings ${r.rulesMapped}`);
     assert.ok(r.stacks >= 2000);
     assert.equal(r.agreed, r.stacks);
-    const byQuery = !forceText && kernelHasMapQuery();
-    assert.ok((byQuery ? r.boundsQuery : r.boundsText) >= 3, 'every sampling thread learned its bounds');
-    assert.equal(byQuery ? r.boundsText : r.boundsQuery, 0);
-  });
-}
-
-// Rules are read from the objects' files where the kernel names a mapping's file (PROCMAP_QUERY),
-// not through their mappings (unwind.c says why); MP_TEST_UNWIND_MAPPED=1 reads every rule
-// through the mapping, as before. Both give libgcc's stacks.
-for (const mappedOnly of [false, true]) {
-  test(`unwind rules read ${mappedOnly ? 'through the mappings (MP_TEST_UNWIND_MAPPED=1)' : 'from the objects\' files where the kernel names them'}: every stack still libgcc's (${mimallocLabel})`, (t) => {
-    const bin = fixture('unwind', { flags: [...NO_BUILTIN, '-O2', '-fomit-frame-pointer'], variant: '-O2' });
-    const r = tally(bin, mappedOnly ? { MP_TEST_UNWIND_MAPPED: '1' } : {});
-    t.diagnostic(`${r.agreed} of ${r.stacks} identical; rules from files ${r.rulesFile}, through mappings ${r.rulesMapped}`);
-    assert.ok(r.stacks >= 2000);
-    assert.equal(r.agreed, r.stacks);
-    if (mappedOnly || !kernelHasMapQuery()) {
-      assert.equal(r.rulesFile, 0);
-      assert.ok(r.rulesMapped > 20, `${r.rulesMapped} rules`);
-    } else {
+    assert.ok((c.boundsByQuery ? r.boundsQuery : r.boundsText) >= 3, 'every sampling thread learned its bounds');
+    assert.equal(c.boundsByQuery ? r.boundsText : r.boundsQuery, 0);
+    if (c.rulesFromFiles) {
       assert.ok(r.rulesFile > 20, `${r.rulesFile} rules from files`);
       // the vDSO has no file: its few rules come through its mapping
       assert.ok(r.rulesMapped <= r.rulesFile / 10, `${r.rulesMapped} rules through mappings`);
+    } else {
+      assert.equal(r.rulesFile, 0);
+      assert.ok(r.rulesMapped > 20, `${r.rulesMapped} rules`);
     }
   });
 }
