@@ -19,7 +19,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <link.h>
-#include <math.h>
 #include <string.h>
 #include <sys/auxv.h>
 #include <time.h>
@@ -107,7 +106,8 @@ static void pb_out_value_type(mp_out_t* out, unsigned field, uint64_t type, uint
 static int64_t mp_round_i64(double x) {
   if (!(x > 0)) return 0; /* also NaN */
   if (x >= 9.2e18) return INT64_MAX;
-  return (int64_t)llround(x);
+  int64_t i = (int64_t)x; /* x < 2^53 is split exactly; a larger double is a whole number */
+  return x - (double)i >= 0.5 ? i + 1 : i;
 }
 
 static size_t mp_fmt_i64(char* buf, int64_t v) {

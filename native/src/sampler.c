@@ -22,7 +22,6 @@
  * (seed, creation ordinal), so a single-threaded run repeats exactly. */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <math.h>
 #include <mimalloc.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -30,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fastmath.h"
 #include "internal.h"
 
 __thread mp_thread_t mp_tls __attribute__((tls_model("initial-exec")));
@@ -59,7 +59,7 @@ static uint64_t splitmix64(uint64_t* state) {
 static uint64_t draw(mp_thread_t* t) {
   if (mp_state.interval <= 1) return 0;
   double u = (double)(splitmix64(&t->rng) >> 11) * 0x1.0p-53; /* [0, 1) */
-  double x = -log1p(-u) * (double)mp_state.interval;
+  double x = -mp_ln(1.0 - u) * (double)mp_state.interval; /* 1 - u >= 2^-53: exact, and normal */
   if (!(x < 0x1.0p62)) return MP_COUNTDOWN_MAX;
   return (uint64_t)x;
 }

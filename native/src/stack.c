@@ -75,8 +75,12 @@ void mp_stack_init(void) {
   learn_text((void*)&mp_stack_capture, &self_text);
   learn_text((void*)&getpid, &libc_text);
   mp_unwind_init();
-  void* warm[4];
-  (void)backtrace(warm, 4); /* loads libgcc_s now, not inside a sampled malloc */
+  /* glibc loads libgcc_s (dlopen) at the first backtrace: now, not inside a sampled malloc.
+   * A size of 0 loads it and unwinds nothing: an unwind here would read the eh_frame of
+   * libc and of the loader through their mappings, whose fault-around made ~160 KiB of them
+   * this process's RSS (bench/README.md), for frames nobody asked for. */
+  void* warm[1];
+  (void)backtrace(warm, 0);
 }
 
 /* The thread's stack bounds, learned at its first sample from the mapping that holds its

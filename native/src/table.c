@@ -24,10 +24,10 @@
  * estimate. The peak's bytes are summed from the copied counts, so the figure and the
  * profile of the peak always agree. A bucket whose `peak` is not 0
  * still shows (it is kept from retiring) until a later copy clears it. */
-#include <math.h>
 #include <string.h>
 #include <time.h>
 
+#include "fastmath.h"
 #include "internal.h"
 
 #define SHARDS 16u  /* bucket shards */
@@ -98,7 +98,7 @@ static inline unsigned bucket_shard_of(int32_t tid) { return (uint32_t)tid % SHA
 
 double mp_weight(double size, double interval) {
   if (interval <= 1.0 || size <= 0.0) return 1.0;
-  return 1.0 / -expm1(-size / interval);
+  return 1.0 / mp_one_minus_exp_neg(size / interval);
 }
 
 static uint64_t mix(uint64_t h) {
