@@ -15,7 +15,10 @@
 //  - where the extra peak RSS goes: --pairs interleaved pairs of bench/fixtures/node-mix-status.cjs
 //    (the same workload, reading /proc/self/status at exit), stopped and profiling: the paired
 //    differences of peak RSS (VmHWM), of its file-backed part and of the rest, against the
-//    profile's own estimate of the live heap at its peak (MIMALLOC_PROF_DUMP_PEAK_AT_EXIT).
+//    profile's own estimate of the live heap at its peak (MIMALLOC_PROF_DUMP_PEAK_AT_EXIT);
+//    and, free of the noise that V8's heap puts in those, what the profiler adds by its own
+//    count: its anonymous memory resident at exit (`# profiler_resident` in the exit profile,
+//    native/src/resident.c) plus the file-backed difference.
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
@@ -100,6 +103,7 @@ function statusRun(profiling, peakFile) {
 }
 const diffs = { hwm: [], file: [], rest: [] };
 const liveAtPeak = [];
+const selfKiB = [];
 for (let i = 0; i < pairs; i++) {
   const peakFile = join(work, `peak-${i}.heap`);
   const first = i % 2 === 0;
@@ -112,14 +116,22 @@ for (let i = 0; i < pairs; i++) {
   // "heap profile: N: BYTES [...] @ heap_v2/R": the estimate of bytes in use at the peak
   const head = /^heap profile:\s*\d+:\s*(\d+)/.exec(readFileSync(peakFile, 'utf8'));
   if (head) liveAtPeak.push(Number(head[1]) / 1024);
+  const own = /^# profiler_resident: (\d+)/m.exec(readFileSync(`${peakFile}.exit`, 'utf8'));
+  if (own) selfKiB.push(Number(own[1]) / 1024);
 }
+if (selfKiB.length !== pairs) die('the exit profiles carry no profiler_resident line (a library from before it?)');
 const rss = {
   pairs,
   peakKiB: estimate(diffs.hwm),
   fileKiB: estimate(diffs.file),
   restKiB: estimate(diffs.rest),
   liveHeapAtPeakKiB: { median: median(liveAtPeak), min: Math.min(...liveAtPeak), max: Math.max(...liveAtPeak) },
+  profilerResidentKiB: { median: median(selfKiB), min: Math.min(...selfKiB), max: Math.max(...selfKiB) },
 };
+// by its own count: the profiler's anonymous memory plus the file-backed pages it adds
+const addedKiB = rss.profilerResidentKiB.median + Math.max(0, rss.fileKiB.median);
+rss.addedByConstructionKiB = addedKiB;
+rss.addedShareOfLiveHeap = addedKiB / rss.liveHeapAtPeakKiB.median;
 
 const result = { date: new Date().toISOString().slice(0, 10), blocks: complete.length, rounds: Number(rounds), costs, rss, cpu: cpus()[0]?.model ?? '?', node: process.version };
 if (values.json) {
@@ -141,6 +153,8 @@ const lines = [
   `| peak RSS | ${x(costs.peakRss.ours)} | ${x(costs.peakRss.jemallocProfiler)} | ${x(costs.peakRss.oursOverJemalloc)} |`,
   '',
   `Peak RSS added by profiling, from ${pairs} interleaved pairs (median of the pairs' differences, 95 % bootstrap interval): **${mbi(rss.peakKiB)}** in all; file-backed pages ${mbi(rss.fileKiB)}; the rest ${mbi(rss.restKiB)}. The profile's estimate of the live heap at its peak: ${mb(live.median)} (${mb(live.min)}–${mb(live.max)}), so 2 % of it is ${mb(live.median * 0.02)}.`,
+  '',
+  `By the profiler's own count, free of V8's noise: its anonymous memory resident at exit (tables, unwind cache, record of mappings; \`# profiler_resident\` in the exit profile) ${mb(rss.profilerResidentKiB.median)} (${mb(rss.profilerResidentKiB.min)}–${mb(rss.profilerResidentKiB.max)}), plus the file-backed difference above: **${mb(addedKiB)}, ${(100 * rss.addedShareOfLiveHeap).toFixed(2)} % of the live heap at its peak**.`,
 ];
 console.log(lines.join('\n'));
 if (values.write) {

@@ -305,7 +305,12 @@ static napi_value js_resident(napi_env env, napi_callback_info info) {
   memset(&m, 0, sizeof(m));
   m.size = sizeof(m);
   m.version = MI_PROF_RESIDENT_VERSION;
-  if (api.resident_get == NULL || !api.resident_get(&m)) {
+  bool with_self = api.resident_get != NULL && api.resident_get(&m);
+  if (!with_self && api.resident_get != NULL) { /* a library from before version 2 */
+    m.size = (uint32_t)offsetof(mi_prof_resident_t, profiler_resident);
+    m.version = 1;
+  }
+  if (!with_self && (api.resident_get == NULL || !api.resident_get(&m))) {
     CHECK(napi_get_null(env, &r));
     return r;
   }
@@ -316,6 +321,7 @@ static napi_value js_resident(napi_env env, napi_callback_info info) {
   set_num(env, r, "untracked", (double)m.untracked);
   set_num(env, r, "arenaResident", (double)m.arena_resident);
   set_num(env, r, "profilerBytes", (double)m.profiler_bytes);
+  if (with_self) set_num(env, r, "profilerResident", (double)m.profiler_resident);
   /* owners: [{ object, mapped, resident, regions }], object as a hex string (an address) */
   napi_value list;
   CHECK(napi_create_array(env, &list));

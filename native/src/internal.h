@@ -53,6 +53,7 @@ unsigned mp_locks_held(void);        /* debug builds: locks this thread holds; e
 void mp_os_set_budget(size_t max_bytes); /* 0: unlimited */
 void* mp_os_alloc(size_t size);          /* zeroed; NULL when over budget or out of memory */
 void* mp_os_alloc_transient(size_t size); /* the same, exempt from the budget (dump buffers) */
+void mp_prewrite(void* p, size_t n);     /* a static table's pages made writable now (osmem.c) */
 void mp_os_free(void* p, size_t size);
 size_t mp_os_bytes(void);                /* currently held */
 
@@ -309,6 +310,7 @@ void mp_resident_unmapped(void* p, size_t len); /* after a successful munmap */
 void mp_resident_fork_prepare(void);
 void mp_resident_fork_parent(void);
 void mp_resident_fork_child(void);
+uint64_t mp_profiler_resident(void); /* the library's own anonymous memory resident now (mi_prof_resident_t) */
 
 /* ---- unwind.c: per-address unwind rules from .eh_frame (x86-64, glibc >= 2.35) ---- */
 #if defined(__x86_64__) && defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
@@ -347,7 +349,7 @@ void mp_unwind_walk_end(mp_unwind_walk_t* walk);
 void mp_unwind_child_reinit(void); /* fork child only */
 void mp_unwind_init(void);          /* once, before the first rule is asked */
 void mp_unwind_prefetch(uintptr_t pc); /* a hint that pc's rule is asked soon; no effect on results */
-void mp_unwind_counts(uint64_t* by_file, uint64_t* by_mapping); /* rules parsed from files, from mappings */
+void mp_unwind_counts(uint64_t* by_file, uint64_t* by_mapping, uint64_t* long_fdes); /* rules parsed from files, from mappings; FDEs read whole */
 
 /* ---- stack.c ---- */
 void mp_stack_init(void);          /* warm up the unwinder, learn our own text range */
@@ -387,9 +389,10 @@ mp_recorded_t mp_table_remove(uintptr_t p);
 /* The free filter's tests after the place test, both counts of records written under the
  * record's shard lock with atomic operations and read without it: the record shard's count
  * (64 of them, a line each: they stay in cache), then the count of records whose block
- * address hashes where p's does (8192 of them, 32 KiB: a cache miss, paid only by frees that
- * pass the first). A count is 0 only if no record is counted there, so a free that reads a 0
- * skips the shard lock and its probe. On Node the shard's count alone said "maybe" to 1 free in
+ * address hashes where p's does (8192 bytes: a cache miss, paid only by frees that pass the
+ * first). A count is 0 only if no record is counted there, so a free that reads a 0 skips the
+ * shard lock and its probe. A hashed count that reaches MP_HINT_STUCK stays there (it then only
+ * ever says "maybe"): 255 live records in one of 8192 slots takes about two million of them. On Node the shard's count alone said "maybe" to 1 free in
  * 8 of those that pass the place test, and the hashed count alone missed the cache on all. */
 #define MP_RECORD_SHARDS 64u
 typedef struct mp_shard_count_s {
@@ -397,7 +400,8 @@ typedef struct mp_shard_count_s {
 } mp_shard_count_t;
 extern mp_shard_count_t mp_record_counts[MP_RECORD_SHARDS];
 #define MP_RECORD_HINTS 8192u
-extern uint32_t mp_record_hints[MP_RECORD_HINTS];
+#define MP_HINT_STUCK 255u
+extern uint8_t mp_record_hints[MP_RECORD_HINTS];
 static inline unsigned mp_record_shard_of(uintptr_t p) {
   _Static_assert(MP_RECORD_SHARDS == 64u, "the shift below takes 6 bits");
   return (unsigned)(((uint64_t)(p >> 16) * 0x9E3779B97F4A7C15ull) >> 58);

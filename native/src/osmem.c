@@ -2,6 +2,7 @@
  * mmap here, never from the interposed malloc, and is counted against the budget set by
  * MIMALLOC_PROF_MAX_BYTES. Over budget an allocation fails and the caller drops the sample:
  * the application's allocation never fails because of the profiler. */
+#include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -63,6 +64,25 @@ static void* os_alloc(size_t size, bool budgeted, bool populate) {
  * interrupt per page, measured as the largest single cost of a sample on Node (bench/README.md).
  * So their pages are made writable at once (MAP_POPULATE), as a write would have made them. */
 void* mp_os_alloc(size_t size) { return os_alloc(size, true, true); }
+
+/* Static tables that are read before they are written get the same treatment: their pages are
+ * made writable at start, with MADV_POPULATE_WRITE (Linux 5.14), or else by a write to each
+ * page that changes nothing. Whole pages: populating a page leaves whatever else is on it as
+ * it was. Preserves errno. */
+void mp_prewrite(void* p, size_t n) {
+  if (n == 0) return;
+  uintptr_t lo = (uintptr_t)p & ~(uintptr_t)(MP_PAGE - 1), hi = round_pages((uintptr_t)p + n);
+  int saved = errno;
+#ifdef MADV_POPULATE_WRITE
+  bool done = madvise((void*)lo, hi - lo, MADV_POPULATE_WRITE) == 0;
+#else
+  bool done = false;
+#endif
+  uintptr_t word = ((uintptr_t)p + 3) & ~(uintptr_t)3; /* a word of the table on each of its pages */
+  for (uintptr_t a = word; !done && a < (uintptr_t)p + n; a = (a & ~(uintptr_t)(MP_PAGE - 1)) + MP_PAGE)
+    __atomic_fetch_add((uint32_t*)a, 0, __ATOMIC_RELAXED);
+  errno = saved;
+}
 
 /* For a dump's own short-lived buffers: a profile must stay writable once the budget that
  * limits what is kept is full. Still counted in mp_os_bytes while held. */

@@ -28,6 +28,7 @@
 #include <link.h>
 #include <mimalloc.h>
 #include <sched.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -353,27 +354,67 @@ size_t mi_prof_mapping_owners(mi_prof_mapping_owner_t* out, size_t cap) {
   return owners;
 }
 
-bool mi_prof_resident_get(mi_prof_resident_t* out) {
-  if (out == NULL || out->size != sizeof(*out) || out->version != MI_PROF_RESIDENT_VERSION) {
-    errno = EINVAL;
-    return false;
-  }
-  uint32_t size = out->size, version = out->version;
-  *out = (mi_prof_resident_t){.size = size, .version = version};
+/* The library's static tables (.bss: the unwind cache, the free filter's counts, the shards'
+ * first arrays), whose bounds the linker defines for each object: anonymous memory the loader
+ * mapped, which the record never saw. Its initialised data (.data) is a mapping of its file,
+ * which smaps names by path. */
+extern char __bss_start[] __attribute__((visibility("hidden")));
+extern char _end[] __attribute__((visibility("hidden")));
+
+static uint64_t profiler_resident(const region_t* regions, size_t n, unsigned char* vec, size_t page) {
+  uint64_t mapped = 0, resident = 0;
+  if (vec == MAP_FAILED) return 0;
+  uintptr_t self = owner_of((const void*)(uintptr_t)&mi_prof_resident_get);
+  if (self == 0) resident += mp_os_bytes(); /* owners unknown: what it holds, nearly all of it made resident */
+  for (size_t i = 0; self != 0 && regions != NULL && i < n; i++)
+    if (regions[i].owner == self) add_region(&regions[i], vec, page, &mapped, &resident);
+  if (blocks != NULL) /* this record, mapped past the interposed mmap */
+    resident += resident_in((uintptr_t)blocks, (uintptr_t)blocks + BLOCKS * sizeof(block_t), vec, VEC_LEN, page);
+  uintptr_t bss = ((uintptr_t)__bss_start + page - 1) & ~(page - 1); /* its first page may be .data's */
+  if (bss < (uintptr_t)_end) resident += resident_in(bss, (uintptr_t)_end, vec, VEC_LEN, page);
+  return resident;
+}
+
+uint64_t mp_profiler_resident(void) {
+  size_t n = 0, bytes;
+  unsigned char* vec = raw_map(VEC_LEN);
+  region_t* regions = copy_record(&n, &bytes);
+  uint64_t resident = profiler_resident(regions, n, vec, (size_t)sysconf(_SC_PAGESIZE));
+  if (regions != NULL) raw_unmap(regions, bytes);
+  if (vec != MAP_FAILED) raw_unmap(vec, VEC_LEN);
+  return resident;
+}
+
+static void resident_fill(mi_prof_resident_t* out, bool with_self) {
   uintptr_t mimalloc = owner_of((const void*)(uintptr_t)&mi_version);
   out->allocator_known = mimalloc != 0;
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   unsigned char* vec = raw_map(VEC_LEN);
-  size_t n, bytes;
-  region_t* regions = mimalloc != 0 ? copy_record(&n, &bytes) : NULL;
-  if (regions != NULL) { /* mimalloc's ranges, however many other owners there are */
-    for (size_t i = 0; i < n; i++)
-      if (regions[i].owner == mimalloc)
-        add_region(&regions[i], vec, page, &out->allocator_mapped, &out->allocator_resident);
-    raw_unmap(regions, bytes);
-  }
+  size_t n = 0, bytes;
+  region_t* regions = mimalloc != 0 || with_self ? copy_record(&n, &bytes) : NULL;
+  for (size_t i = 0; mimalloc != 0 && regions != NULL && i < n; i++) /* however many other owners there are */
+    if (regions[i].owner == mimalloc) add_region(&regions[i], vec, page, &out->allocator_mapped, &out->allocator_resident);
+  if (with_self) out->profiler_resident = profiler_resident(regions, n, vec, page);
+  if (regions != NULL) raw_unmap(regions, bytes);
   out->untracked = atomic_load_explicit(&untracked, memory_order_relaxed);
   if (vec != MAP_FAILED) raw_unmap(vec, VEC_LEN);
   out->profiler_bytes = mp_os_bytes();
+}
+
+/* Callers built against version 1 pass the struct without its version-2 field. */
+#define RESIDENT_V1_SIZE offsetof(mi_prof_resident_t, profiler_resident)
+
+bool mi_prof_resident_get(mi_prof_resident_t* out) {
+  bool v2 = out != NULL && out->size == sizeof(*out) && out->version == MI_PROF_RESIDENT_VERSION;
+  bool v1 = out != NULL && out->size == RESIDENT_V1_SIZE && out->version == 1;
+  if (!v1 && !v2) {
+    errno = EINVAL;
+    return false;
+  }
+  uint32_t size = out->size, version = out->version;
+  mi_prof_resident_t full = {.size = size, .version = version};
+  resident_fill(&full, v2);
+  memcpy(out, &full, size);
   return true;
 }
+

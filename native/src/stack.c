@@ -296,8 +296,8 @@ static void report_field(char* line, size_t cap, size_t* n, const char* name, ui
 static void report_check(void) {
   char line[256];
   size_t n = 0;
-  uint64_t by_file, by_mapping;
-  mp_unwind_counts(&by_file, &by_mapping);
+  uint64_t by_file, by_mapping, long_fdes;
+  mp_unwind_counts(&by_file, &by_mapping, &long_fdes);
   report_field(line, sizeof(line), &n, "unwind check: stacks=", atomic_load(&checked));
   report_field(line, sizeof(line), &n, " agreed=", atomic_load(&agreed));
   report_field(line, sizeof(line), &n, " fallbacks=", atomic_load(&fell_back));
@@ -305,6 +305,7 @@ static void report_check(void) {
   report_field(line, sizeof(line), &n, " bounds_text=", atomic_load(&bounds_by_text));
   report_field(line, sizeof(line), &n, " rules_file=", by_file);
   report_field(line, sizeof(line), &n, " rules_mapped=", by_mapping);
+  report_field(line, sizeof(line), &n, " long_fdes=", long_fdes);
   line[n++] = '\n';
   (void)!write(2, line, n);
 }

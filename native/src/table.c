@@ -32,8 +32,14 @@
 
 #define SHARDS 16u  /* bucket shards */
 #define RSHARDS MP_RECORD_SHARDS /* record shards (RSHARDS + SHARDS locks are held at once at a fork) */
-#define BUCKET_INDEX0 1024u
-#define RECORD_CAP0 256u /* one page of slots: RSHARDS of them are made */
+/* Each shard's first array is a small static one, and the next is a page: a profile of a heap
+ * of a few hundred MiB at the default interval has a few hundred live records and buckets, so
+ * a page per shard (RSHARDS + SHARDS of them) would be most of the profiler's memory. The
+ * static arrays are written at start (mp_table_init), for the reason mp_os_alloc populates. */
+#define BUCKET_INDEX_FIRST 64u
+#define BUCKET_INDEX_PAGE 512u
+#define RECORD_CAP_FIRST 16u
+#define RECORD_CAP_PAGE 256u
 
 typedef struct bucket_shard_s {
   mp_lock_t lock;
@@ -87,6 +93,8 @@ static atomic_ullong peak_copies;
 static atomic_bool peak_busy;
 #define PEAK_MIN_STEP ((int64_t)1 << 20)
 
+static _Alignas(64) mp_bucket_t* index_first[SHARDS][BUCKET_INDEX_FIRST];
+
 static bucket_shard_t bshards[SHARDS] = {[0 ... SHARDS - 1] = {.lock = MP_LOCK_INIT(MP_LEVEL_BUCKETS)}};
 static record_shard_t rshards[RSHARDS] = {[0 ... RSHARDS - 1] = {.lock = MP_LOCK_INIT(MP_LEVEL_RECORDS)}};
 
@@ -116,9 +124,15 @@ static uint64_t hash_stack(size_t size, const uintptr_t* frames, unsigned depth,
 }
 
 /* ---- buckets ----------------------------------------------------------------------------- */
+/* Under the shard lock: the index goes (the static first one is left empty). */
+static void index_release(bucket_shard_t* s) {
+  if (s->index_cap == BUCKET_INDEX_FIRST) memset(s->index, 0, BUCKET_INDEX_FIRST * sizeof(*s->index));
+  else mp_os_free(s->index, s->index_cap * sizeof(*s->index));
+}
+
 static bool bucket_index_grow(bucket_shard_t* s) {
-  size_t cap = s->index_cap == 0 ? BUCKET_INDEX0 : s->index_cap * 2;
-  mp_bucket_t** index = mp_os_alloc(cap * sizeof(*index));
+  size_t cap = s->index_cap == 0 ? BUCKET_INDEX_FIRST : s->index_cap == BUCKET_INDEX_FIRST ? BUCKET_INDEX_PAGE : s->index_cap * 2;
+  mp_bucket_t** index = cap == BUCKET_INDEX_FIRST ? index_first[s - bshards] : mp_os_alloc(cap * sizeof(*index));
   if (index == NULL) return s->index_cap != 0; /* keep chaining in the old index */
   for (size_t i = 0; i < s->index_cap; i++) {
     mp_bucket_t* b = s->index[i];
@@ -130,7 +144,7 @@ static bool bucket_index_grow(bucket_shard_t* s) {
       b = next;
     }
   }
-  mp_os_free(s->index, s->index_cap * sizeof(*index));
+  if (s->index_cap != 0) index_release(s);
   s->index = index;
   s->index_cap = cap;
   return true;
@@ -188,9 +202,17 @@ static void bucket_retire(bucket_shard_t* s, mp_bucket_t* b) {
 /* ---- records ------------------------------------------------------------------------------ */
 static size_t record_home(uintptr_t addr, size_t cap) { return mix(addr) & (cap - 1); }
 
+static record_t record_first[RSHARDS][RECORD_CAP_FIRST];
+
+/* Under the shard lock: the slots go (the static first ones are left empty). */
+static void slots_release(record_shard_t* s) {
+  if (s->cap == RECORD_CAP_FIRST) memset(s->slots, 0, RECORD_CAP_FIRST * sizeof(record_t));
+  else mp_os_free(s->slots, s->cap * sizeof(record_t));
+}
+
 static bool record_grow(record_shard_t* s) {
-  size_t cap = s->cap == 0 ? RECORD_CAP0 : s->cap * 2;
-  record_t* slots = mp_os_alloc(cap * sizeof(record_t));
+  size_t cap = s->cap == 0 ? RECORD_CAP_FIRST : s->cap == RECORD_CAP_FIRST ? RECORD_CAP_PAGE : s->cap * 2;
+  record_t* slots = cap == RECORD_CAP_FIRST ? record_first[s - rshards] : mp_os_alloc(cap * sizeof(record_t));
   if (slots == NULL) return false;
   for (size_t i = 0; i < s->cap; i++) {
     if (s->slots[i].addr == 0) continue;
@@ -198,7 +220,7 @@ static bool record_grow(record_shard_t* s) {
     while (slots[j].addr != 0) j = (j + 1) & (cap - 1);
     slots[j] = s->slots[i];
   }
-  mp_os_free(s->slots, s->cap * sizeof(record_t));
+  if (s->cap != 0) slots_release(s);
   s->slots = slots;
   s->cap = cap;
   return true;
@@ -212,11 +234,15 @@ static record_shard_t* record_shard(uintptr_t addr) { return &rshards[mp_record_
 mp_shard_count_t mp_record_counts[RSHARDS]; /* a shard's count of records in its slots */
 static size_t* count_of(const record_shard_t* s) { return &mp_record_counts[s - rshards].n; }
 
-uint32_t mp_record_hints[MP_RECORD_HINTS];
-static void hint_add(uintptr_t addr, int32_t delta) {
-  uint32_t before = __atomic_fetch_add(&mp_record_hints[mp_record_hint_of(addr)], (uint32_t)delta, __ATOMIC_RELAXED);
-  mp_assert(delta > 0 ? before < UINT32_MAX : before > 0);
-  (void)before;
+_Alignas(64) uint8_t mp_record_hints[MP_RECORD_HINTS];
+/* Under addr's record shard lock; records of other shards share the count, hence the atomics. */
+static void hint_add(uintptr_t addr, int delta) {
+  uint8_t* h = &mp_record_hints[mp_record_hint_of(addr)];
+  uint8_t before = __atomic_load_n(h, __ATOMIC_RELAXED);
+  do {
+    mp_assert(delta > 0 || before > 0); /* never below the records it counts */
+    if (before == MP_HINT_STUCK) return;
+  } while (!__atomic_compare_exchange_n(h, &before, (uint8_t)(before + delta), true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
 }
 
 /* The hashed counts are read by frees before any is written: a read
@@ -227,9 +253,13 @@ void mp_table_init(void) {
   static bool done;
   if (done) return;
   done = true;
-  uintptr_t lo = ((uintptr_t)&mp_record_hints[0] + 4095) & ~(uintptr_t)4095;
-  uintptr_t hi = (uintptr_t)&mp_record_hints[MP_RECORD_HINTS] & ~(uintptr_t)4095;
-  for (uintptr_t a = lo; a < hi; a += 4096) __atomic_fetch_add((uint32_t*)a, 0, __ATOMIC_RELAXED);
+  mp_prewrite(mp_record_hints, sizeof(mp_record_hints));
+  mp_prewrite(record_first, sizeof(record_first));
+  mp_prewrite(index_first, sizeof(index_first));
+#ifdef MP_TEST_HOOKS
+  /* the memory gate's control (test/native/unwind.test.ts): 1 MiB more, resident and kept */
+  if (mp_test_hook("MP_TEST_BALLAST")) (void)mp_os_alloc((size_t)1 << 20);
+#endif
 }
 
 /* Under the shard lock: index of addr's slot, or cap if absent. */
@@ -440,7 +470,7 @@ int64_t mp_table_clear(bool with_whole) {
       if (with_whole) whole += (int64_t)mp_unrecorded_extra(p, rec_of(&rs->slots[j]));
       hint_add(rs->slots[j].addr, -1); /* under the lock, as record_delete: never below the records */
     }
-    mp_os_free(rs->slots, rs->cap * sizeof(record_t));
+    if (rs->cap != 0) slots_release(rs);
     rs->slots = NULL;
     rs->cap = 0;
     __atomic_store_n(count_of(rs), 0, __ATOMIC_RELAXED);
@@ -450,7 +480,7 @@ int64_t mp_table_clear(bool with_whole) {
   for (unsigned i = 0; i < SHARDS; i++) {
     bucket_shard_t* bs = &bshards[i];
     mp_lock(&bs->lock);
-    mp_os_free(bs->index, bs->index_cap * sizeof(mp_bucket_t*));
+    if (bs->index_cap != 0) index_release(bs);
     bs->index = NULL;
     bs->index_cap = bs->count = 0;
     memset(bs->spare, 0, sizeof(bs->spare));
@@ -529,15 +559,20 @@ void mp_table_check(void) {
       }
     mp_assert(count == bs->count);
   }
-  uint64_t records = 0, hinted = 0;
-  for (unsigned k = 0; k < MP_RECORD_HINTS; k++) hinted += __atomic_load_n(&mp_record_hints[k], __ATOMIC_RELAXED);
+  uint64_t records = 0, hinted = 0, counted = 0; /* counted: the records whose hashed count is not stuck */
+  for (unsigned k = 0; k < MP_RECORD_HINTS; k++) {
+    uint8_t v = __atomic_load_n(&mp_record_hints[k], __ATOMIC_RELAXED);
+    if (v != MP_HINT_STUCK) hinted += v;
+  }
   for (unsigned i = 0; i < RSHARDS; i++) {
     record_shard_t* rs = &rshards[i];
     size_t count = 0;
     for (size_t j = 0; j < rs->cap; j++) {
       if (rs->slots[j].addr == 0) continue;
       count++;
-      mp_assert(__atomic_load_n(&mp_record_hints[mp_record_hint_of(rs->slots[j].addr)], __ATOMIC_RELAXED) != 0);
+      uint8_t hint = __atomic_load_n(&mp_record_hints[mp_record_hint_of(rs->slots[j].addr)], __ATOMIC_RELAXED);
+      mp_assert(hint != 0);
+      if (hint != MP_HINT_STUCK) counted++;
       mp_assert(record_shard(rs->slots[j].addr) == rs);
       mp_assert((rs->slots[j].addr & mp_sample_mask) == 0); /* sampler.c: what free's filter passes on */
       mp_assert(bucket_linked(rec_bucket(&rs->slots[j])));
@@ -546,7 +581,7 @@ void mp_table_check(void) {
     mp_assert(count == *count_of(rs) && (rs->cap == 0 || 2 * count <= rs->cap));
     records += count;
   }
-  mp_assert(hinted == records); /* every lock is held: no add or removal is between its two steps */
+  mp_assert(hinted == counted); /* every lock is held: no add or removal is between its two steps */
   for (unsigned i = 0; i < SHARDS; i++)
     for (size_t k = 0; k < bshards[i].index_cap; k++)
       for (mp_bucket_t* b = bshards[i].index[k]; b != NULL; b = b->next) mp_assert(b->refs <= b->live);

@@ -88,6 +88,7 @@ void mp_write_text(mp_out_t* out, const mp_snapshot_t* snap) {
   out_stat(out, "estimated_accum_bytes", (uint64_t)(s->estimated_accum_bytes + 0.5));
   out_stat(out, "dropped_samples", s->dropped_samples);
   out_stat(out, "profiler_bytes", s->profiler_bytes);
+  out_stat(out, "profiler_resident", mp_profiler_resident()); /* what the profiler adds to RSS now */
   if (s->memory_events) {
     out_stat_i(out, "exact_live_bytes", s->exact_live_bytes);
     out_stat_i(out, "exact_live_objects", s->exact_live_objects);

@@ -37,12 +37,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -321,7 +323,9 @@ typedef struct source_s {
 
 static const source_t mapped = {-1, 0, 0, 0, 0, NULL};
 
-#define ENTRY_MAX 512 /* an FDE read from a file; a longer one is read through the mapping */
+#define ENTRY_MAX 512 /* an FDE read from a file into the stack; a longer one gets a buffer of its own */
+#define ENTRY_LARGE_MAX ((size_t)1 << 20) /* past it, the mapping */
+static atomic_ullong fdes_read_whole; /* FDEs longer than ENTRY_MAX read from files (test builds print it) */
 
 /* The entry at address `at`: a cursor over its body (after the length). 0 for the 64-bit form,
  * a terminator or an implausible size; from a file, -1 when it cannot be read whole into buf
@@ -440,13 +444,10 @@ static void cie_keep(cie_memo_t* m, uintptr_t at, const cie_t* cie) {
   atomic_flag_clear_explicit(&m->writer, memory_order_release);
 }
 
-/* The rule at `pc` from the FDE at address `fde`: 1, or 0 if it does not cover pc or is
- * unusable, -1 if it could not be read (load_entry). */
-static int rule_from_fde(const source_t* src, uintptr_t fde, uintptr_t pc, uintptr_t datarel, mp_unwind_rule_t* out) {
-  uint8_t fde_buf[ENTRY_MAX], cie_buf[256]; /* used when reading from a file */
-  cursor_t c;
-  int loaded = load_entry(src, fde, fde_buf, sizeof(fde_buf), &c);
-  if (loaded <= 0) return loaded;
+/* The rule at `pc` from the FDE under cursor c (load_entry): 1, 0 if it does not cover pc or
+ * is unusable, -1 if its CIE could not be read. */
+static int rule_in_fde(const source_t* src, cursor_t c, uintptr_t pc, uintptr_t datarel, mp_unwind_rule_t* out) {
+  uint8_t cie_buf[256]; /* used when reading from a file */
   uintptr_t field = (uintptr_t)c.p + (uintptr_t)c.bias; /* the CIE pointer's own address */
   uint32_t cie_ptr = (uint32_t)rd_fixed(&c, 4);
   if (cie_ptr == 0) return false; /* a CIE, not an FDE */
@@ -502,6 +503,33 @@ static int rule_from_fde(const source_t* src, uintptr_t fde, uintptr_t pc, uintp
   out->cfa_rbp = s.cfa_reg == REG_RBP;
   out->cfa_off = (int32_t)s.cfa_off;
   return true;
+}
+
+/* The whole length of the entry at `at` in src's file, 0 if unreadable. */
+static size_t entry_size(const source_t* src, uintptr_t at) {
+  uint32_t len;
+  if (at < src->lo || at >= src->hi || pread(src->fd, &len, 4, (off_t)(src->off + (at - src->base))) != 4) return 0;
+  return (size_t)len + 4;
+}
+
+/* The rule at `pc` from the FDE at address `fde`: 1, or 0 if it does not cover pc or is
+ * unusable, -1 if it could not be read (load_entry). An FDE longer than ENTRY_MAX (the largest
+ * functions of node and V8 have them) is read from the file whole into a buffer of its own:
+ * a single binary search of node's table through the mapping made 320 KiB of it resident. */
+static int rule_from_fde(const source_t* src, uintptr_t fde, uintptr_t pc, uintptr_t datarel, mp_unwind_rule_t* out) {
+  uint8_t fde_buf[ENTRY_MAX];
+  cursor_t c;
+  int loaded = load_entry(src, fde, fde_buf, sizeof(fde_buf), &c);
+  if (loaded != -1 || src->fd < 0) return loaded <= 0 ? loaded : rule_in_fde(src, c, pc, datarel, out);
+  size_t size = entry_size(src, fde);
+  if (size <= sizeof(fde_buf) || size > ENTRY_LARGE_MAX) return -1;
+  uint8_t* whole = mp_os_alloc_transient(size);
+  if (whole == NULL) return -1;
+  atomic_fetch_add_explicit(&fdes_read_whole, 1, memory_order_relaxed);
+  loaded = load_entry(src, fde, whole, size, &c);
+  int got = loaded <= 0 ? loaded : rule_in_fde(src, c, pc, datarel, out);
+  mp_os_free(whole, size);
+  return got;
 }
 
 /* The FDE covering pc through the object's .eh_frame_hdr binary-search table. */
@@ -629,12 +657,19 @@ static void tracked_close(int fd) {
 
 static object_t objects[OBJECTS_MAX];
 static atomic_uint objects_n;
-static atomic_flag objects_writer = ATOMIC_FLAG_INIT;
+/* The thread that sets an object up (its mp_tls's address), 0 when none does. */
+static _Atomic(uintptr_t) objects_writer;
+/* How long a miss waits for another thread's setup of the object it is in (a setup reads the
+ * file's search table: node's 600 KB in ten reads, ~0.1 ms) rather than read the tables
+ * through the mapping, whose one binary search over node's table made 320 KiB of it this
+ * process's RSS (test/native/footprint.test.ts). Past it, or nested in its own thread's
+ * setup (a signal handler), the mapping is read. */
+#define SETUP_WAIT_NS 5000000ll
 static int32_t sparse_pool[SPARSE_POOL];
 static unsigned sparse_used;
 static atomic_ullong rules_by_file, rules_by_mapping; /* misses answered each way (test builds print them) */
 
-/* Under objects_writer: whether o's tables can be read from its file; fills o. */
+/* As objects_writer: whether o's tables can be read from its file; fills o. */
 static bool object_setup(object_t* o, const uint8_t* hdr, const struct dl_find_object* info) {
 #ifdef MP_TEST_HOOKS
   if (mp_test_hook("MP_TEST_UNWIND_MAPPED")) return false; /* the control: through the mapping, as before */
@@ -678,14 +713,36 @@ static bool object_setup(object_t* o, const uint8_t* hdr, const struct dl_find_o
   return true;
 }
 
-/* The object entry of hdr, made at its first miss; NULL while another thread makes one. */
+static int64_t monotonic_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The object entry of hdr, made at its first miss; NULL when another thread's setup took too
+ * long or this thread's own is under way (see SETUP_WAIT_NS). */
 static const object_t* object_of(const uint8_t* hdr, const struct dl_find_object* info) {
-  unsigned n = atomic_load_explicit(&objects_n, memory_order_acquire);
-  for (unsigned i = 0; i < n; i++)
-    if (atomic_load_explicit(&objects[i].hdr, memory_order_acquire) == hdr) return &objects[i];
-  if (n == OBJECTS_MAX || atomic_flag_test_and_set_explicit(&objects_writer, memory_order_acquire)) return NULL;
+  uintptr_t me = (uintptr_t)&mp_tls;
+  int64_t deadline = 0;
+  for (unsigned spins = 0;; spins++) {
+    unsigned n = atomic_load_explicit(&objects_n, memory_order_acquire);
+    for (unsigned i = 0; i < n; i++)
+      if (atomic_load_explicit(&objects[i].hdr, memory_order_acquire) == hdr) return &objects[i];
+    if (n == OBJECTS_MAX) return NULL;
+    uintptr_t held = 0;
+    if (atomic_compare_exchange_strong_explicit(&objects_writer, &held, me, memory_order_acquire, memory_order_relaxed)) break;
+    if (held == me) return NULL;
+    if (spins < 64) {
+      __builtin_ia32_pause();
+      continue;
+    }
+    int64_t now = monotonic_ns();
+    if (deadline == 0) deadline = now + SETUP_WAIT_NS;
+    else if (now > deadline) return NULL;
+    sched_yield();
+  }
   object_t* o = NULL;
-  n = atomic_load_explicit(&objects_n, memory_order_relaxed);
+  unsigned n = atomic_load_explicit(&objects_n, memory_order_relaxed);
   for (unsigned i = 0; i < n && o == NULL; i++)
     if (atomic_load_explicit(&objects[i].hdr, memory_order_relaxed) == hdr) o = &objects[i];
   if (o == NULL && n < OBJECTS_MAX) {
@@ -696,7 +753,7 @@ static const object_t* object_of(const uint8_t* hdr, const struct dl_find_object
     atomic_store_explicit(&o->hdr, hdr, memory_order_release);
     atomic_store_explicit(&objects_n, n + 1, memory_order_release);
   }
-  atomic_flag_clear_explicit(&objects_writer, memory_order_release);
+  atomic_store_explicit(&objects_writer, 0, memory_order_release);
   return o;
 }
 
@@ -767,27 +824,41 @@ static void lookup_uncached(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule
   if (fde != NULL && rule_from_fde(&mapped, (uintptr_t)fde, pc, (uintptr_t)hdr, &r) > 0) *out = r;
 }
 
-void mp_unwind_counts(uint64_t* by_file, uint64_t* by_mapping) {
+void mp_unwind_counts(uint64_t* by_file, uint64_t* by_mapping, uint64_t* long_fdes) {
+  *long_fdes = atomic_load(&fdes_read_whole);
   *by_file = atomic_load(&rules_by_file);
   *by_mapping = atomic_load(&rules_by_mapping);
 }
 
 /* ---- the cache ---------------------------------------------------------------------------------- */
-#define CACHE_SLOTS 8192u /* 192 KiB, made resident when profiling starts (mp_unwind_init) */
+/* Set-associative: a pc's rule may sit in any of the CACHE_WAYS slots of one cache line, so a
+ * lookup reads one line, and the ~500 distinct return addresses of a Node process fit with room
+ * to spare (a direct-mapped table of the same size would lose a fifth of them to collisions).
+ * 32 KiB, made resident when profiling starts (mp_unwind_init). */
+#define CACHE_SETS 512u
+#define CACHE_WAYS 4u
+#define CACHE_PC_LIMIT ((uintptr_t)1 << 48) /* a pc shares its word with a 16-bit sequence */
 
-/* A slot is valid for a reader when its sequence is even and the same before and after the
- * reader read pc and rule: a writer makes it odd, writes both, then makes it even again, so
- * a reader never pairs one address with another's rule, however the writes interleave. */
+/* A slot is valid for a reader when its tag holds the pc with an even sequence and is the same
+ * before and after the reader read the rule: a writer makes the sequence odd, writes the rule,
+ * then writes the pc with the next even sequence, so a reader never pairs one address with
+ * another's rule, however the writes interleave (short of 32768 writes to that one slot
+ * between a reader's two reads of it). */
 typedef struct slot_s {
-  atomic_uint seq;
-  _Atomic uintptr_t pc; /* 0: empty (no code address is below 4096) */
+  _Atomic uint64_t tag; /* pc << 16 | sequence; pc 0: empty (no code address is below 4096) */
   _Atomic uint64_t rule;
 } slot_t;
+typedef struct set_s {
+  _Alignas(64) slot_t way[CACHE_WAYS];
+} set_t;
+_Static_assert(sizeof(set_t) == 64, "a set is one cache line");
 
-static slot_t cache[CACHE_SLOTS];
+static set_t cache[CACHE_SETS];
 static atomic_flag writer = ATOMIC_FLAG_INIT;
+static unsigned next_victim; /* under `writer` */
 
-static inline size_t slot_of(uintptr_t pc) { return (size_t)((pc * 0x9E3779B97F4A7C15ull) >> 51) & (CACHE_SLOTS - 1); }
+_Static_assert(CACHE_SETS == 512u, "set_of takes the hash's top 9 bits");
+static inline set_t* set_of(uintptr_t pc) { return &cache[(size_t)((pc * 0x9E3779B97F4A7C15ull) >> 55) & (CACHE_SETS - 1)]; }
 
 static inline uint64_t pack(const mp_unwind_rule_t* r) {
   uint64_t v;
@@ -795,28 +866,41 @@ static inline uint64_t pack(const mp_unwind_rule_t* r) {
   return v;
 }
 
-void mp_unwind_rule(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule_t* out) {
-  slot_t* s = &cache[slot_of(pc)];
-  unsigned seq = atomic_load_explicit(&s->seq, memory_order_acquire);
-  if ((seq & 1) == 0 && atomic_load_explicit(&s->pc, memory_order_relaxed) == pc) {
+static bool cached(const set_t* set, uintptr_t pc, mp_unwind_rule_t* out) {
+  for (unsigned i = 0; i < CACHE_WAYS; i++) {
+    const slot_t* s = &set->way[i];
+    uint64_t tag = atomic_load_explicit(&s->tag, memory_order_acquire);
+    if ((tag >> 16) != pc || (tag & 1) != 0) continue;
     uint64_t v = atomic_load_explicit(&s->rule, memory_order_relaxed);
     atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit(&s->seq, memory_order_relaxed) == seq) {
-      memcpy(out, &v, sizeof(v));
-      return;
-    }
+    if (atomic_load_explicit(&s->tag, memory_order_relaxed) != tag) return false; /* rewritten meanwhile */
+    memcpy(out, &v, sizeof(v));
+    return true;
   }
-  lookup_uncached(walk, pc, out);
-  if (atomic_flag_test_and_set_explicit(&writer, memory_order_acquire)) return; /* someone else writes */
-  unsigned w = atomic_load_explicit(&s->seq, memory_order_relaxed) & ~1u; /* writers take turns (a fork child may inherit an odd one) */
-  atomic_store_explicit(&s->seq, w + 1, memory_order_relaxed);
-  atomic_thread_fence(memory_order_release);
-  atomic_store_explicit(&s->pc, pc, memory_order_relaxed);
-  atomic_store_explicit(&s->rule, pack(out), memory_order_relaxed);
-  atomic_store_explicit(&s->seq, w + 2, memory_order_release);
-  atomic_flag_clear_explicit(&writer, memory_order_release);
+  return false;
 }
 
+void mp_unwind_rule(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule_t* out) {
+  if (pc >= CACHE_PC_LIMIT) {
+    lookup_uncached(walk, pc, out);
+    return;
+  }
+  set_t* set = set_of(pc);
+  if (cached(set, pc, out)) return;
+  lookup_uncached(walk, pc, out);
+  if (atomic_flag_test_and_set_explicit(&writer, memory_order_acquire)) return; /* someone else writes */
+  unsigned i = 0;
+  while (i < CACHE_WAYS && (atomic_load_explicit(&set->way[i].tag, memory_order_relaxed) >> 16) != 0) i++;
+  if (i == CACHE_WAYS) i = next_victim++ % CACHE_WAYS; /* full: round robin */
+  slot_t* s = &set->way[i];
+  uint64_t tag = atomic_load_explicit(&s->tag, memory_order_relaxed);
+  uint64_t seq = (tag & 0xfffe) + 1; /* odd; writers take turns (a fork child may inherit an odd one) */
+  atomic_store_explicit(&s->tag, (tag & ~(uint64_t)0xffff) | seq, memory_order_relaxed);
+  atomic_thread_fence(memory_order_release);
+  atomic_store_explicit(&s->rule, pack(out), memory_order_relaxed);
+  atomic_store_explicit(&s->tag, (uint64_t)pc << 16 | ((seq + 1) & 0xffff), memory_order_release);
+  atomic_flag_clear_explicit(&writer, memory_order_release);
+}
 
 void mp_unwind_child_reinit(void) {
   for (unsigned i = 0; i < TRACKED_MAX; i++) { /* other threads' walks, gone with their threads */
@@ -824,37 +908,17 @@ void mp_unwind_child_reinit(void) {
     if (v > 0) close(v - 1);
   }
   atomic_flag_clear(&writer);
-  atomic_flag_clear(&objects_writer);
+  atomic_store(&objects_writer, 0);
   for (unsigned i = 0; i < OBJECTS_MAX; i++) atomic_flag_clear(&objects[i].cies.writer);
 }
 
-/* The cache's pages are made writable before the first lookup: a lookup reads its slot
+/* The cache's pages are made writable before the first lookup: a lookup reads its set
  * before a miss writes it, and a read of a never-touched page maps the shared zero page,
  * whose replacement at the write flushes the TLB of every CPU that runs the process (see
- * mp_os_alloc). 192 KiB, which the distinct return addresses of one Node process touch
- * nearly all of anyway. */
-void mp_unwind_init(void) {
-  uintptr_t lo = ((uintptr_t)&cache[0] + 4095) & ~(uintptr_t)4095, hi = (uintptr_t)&cache[CACHE_SLOTS] & ~(uintptr_t)4095;
-  if (hi <= lo) return;
-  int saved = errno;
-#ifdef MADV_POPULATE_WRITE
-  bool done = madvise((void*)lo, hi - lo, MADV_POPULATE_WRITE) == 0;
-#else
-  bool done = false;
-#endif
-  for (uintptr_t a = lo; !done && a < hi; a += 4096) { /* before Linux 5.14: a write per page */
-    slot_t* s = &cache[(a - (uintptr_t)cache + sizeof(slot_t) - 1) / sizeof(slot_t)]; /* the first slot on it */
-    atomic_fetch_add_explicit(&s->seq, 0, memory_order_relaxed); /* a write that changes nothing */
-  }
-  errno = saved;
-}
+ * mp_os_alloc). The distinct return addresses of one process touch all its pages anyway. */
+void mp_unwind_init(void) { mp_prewrite(cache, sizeof(cache)); }
 
-/* A slot may straddle two cache lines: both are asked for. */
-void mp_unwind_prefetch(uintptr_t pc) {
-  const char* s = (const char*)&cache[slot_of(pc)];
-  __builtin_prefetch(s);
-  __builtin_prefetch(s + sizeof(slot_t) - 1);
-}
+void mp_unwind_prefetch(uintptr_t pc) { __builtin_prefetch(set_of(pc)); }
 
 #else /* !MP_UNWIND_CFI */
 
@@ -870,6 +934,6 @@ void mp_unwind_child_reinit(void) {}
 void mp_unwind_walk_end(mp_unwind_walk_t* walk) { (void)walk; }
 void mp_unwind_init(void) {}
 void mp_unwind_prefetch(uintptr_t pc) { (void)pc; }
-void mp_unwind_counts(uint64_t* by_file, uint64_t* by_mapping) { *by_file = *by_mapping = 0; }
+void mp_unwind_counts(uint64_t* by_file, uint64_t* by_mapping, uint64_t* long_fdes) { *by_file = *by_mapping = *long_fdes = 0; }
 
 #endif

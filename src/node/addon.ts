@@ -42,6 +42,8 @@ export interface NativeResident {
   /** Always 0: sampled blocks live in mimalloc's heap (the field stays in the C struct). */
   arenaResident: number;
   profilerBytes: number;
+  /** All of the library's own memory resident now: what it adds to RSS (absent from a library before resident version 2). */
+  profilerResident?: number;
   /** Who mapped the recorded memory: each owner object by its load address ("0x…"; "0x0" unknown). */
   owners: { object: string; mapped: number; resident: number; regions: number }[];
 }

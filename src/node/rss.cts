@@ -167,11 +167,11 @@ function measureOnce(addon: NativeAddon, heap: V8HeapFigures): RssBreakdown {
   // mimalloc's part from the library's own sum: the owners' list stops at 256 objects
   if (known) byOwner.allocator = resident.allocatorResident;
   // sampled blocks live in mimalloc's heap with the rest (native memory in use)
-  const profiler = known ? byOwner.profiler : stats.profilerBytes;
+  const profiler = resident?.profilerResident ?? (known ? byOwner.profiler : stats.profilerBytes);
   // without owners (glibc < 2.35): V8's figure for this thread's heap stands in for the runtime
   const runtime = known ? byOwner.runtime : heap.resident;
   const accounted = known
-    ? byOwner.runtime + byOwner.allocator + byOwner.profiler + byOwner.library + code + stacks
+    ? byOwner.runtime + byOwner.allocator + profiler + byOwner.library + code + stacks
     : runtime + inUse + profiler + code + stacks;
   return {
     rss,

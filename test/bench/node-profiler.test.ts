@@ -1,7 +1,7 @@
 /** The Node profiler-cost benchmark (bench/node-profiler.mjs) runs both parts and reports finite
  * figures: the three per-block ratios for wall, CPU and peak RSS, each median inside its own
  * interval, and the peak RSS split into file-backed pages and the rest, with the profile's
- * estimate of the live heap. Structure only: timings belong in bench/README.md. */
+ * estimate of the live heap and the profiler's own count of what it adds. Structure only: timings belong in bench/README.md. */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
@@ -13,7 +13,16 @@ interface Estimate { median: number; lo: number; hi: number }
 interface Report {
   blocks: number;
   costs: Record<'wall' | 'cpu' | 'peakRss', { ours: Estimate; jemallocProfiler: Estimate; oursOverJemalloc: Estimate }>;
-  rss: { pairs: number; peakKiB: Estimate; fileKiB: Estimate; restKiB: Estimate; liveHeapAtPeakKiB: { median: number; min: number; max: number } };
+  rss: {
+    pairs: number;
+    peakKiB: Estimate;
+    fileKiB: Estimate;
+    restKiB: Estimate;
+    liveHeapAtPeakKiB: { median: number; min: number; max: number };
+    profilerResidentKiB: { median: number; min: number; max: number };
+    addedByConstructionKiB: number;
+    addedShareOfLiveHeap: number;
+  };
 }
 
 test('bench/node-profiler.mjs --quick --json: every figure, finite, each median within its interval', () => {
@@ -30,4 +39,7 @@ test('bench/node-profiler.mjs --quick --json: every figure, finite, each median 
   assert.equal(report.rss.pairs, 2);
   for (const e of [report.rss.peakKiB, report.rss.fileKiB, report.rss.restKiB]) assert.ok(Number.isFinite(e.median) && e.lo <= e.hi);
   assert.ok(report.rss.liveHeapAtPeakKiB.min > 0 && report.rss.liveHeapAtPeakKiB.min <= report.rss.liveHeapAtPeakKiB.max);
+  const own = report.rss.profilerResidentKiB;
+  assert.ok(own.min > 0 && own.min <= own.median && own.median <= own.max, JSON.stringify(own));
+  assert.ok(report.rss.addedByConstructionKiB >= own.median && Number.isFinite(report.rss.addedShareOfLiveHeap));
 });

@@ -156,7 +156,7 @@ typedef struct mi_prof_mapping_owner_s {
  * there were more (left out). */
 mi_prof_export size_t mi_prof_mapping_owners(mi_prof_mapping_owner_t* owners, size_t cap);
 
-#define MI_PROF_RESIDENT_VERSION 1u
+#define MI_PROF_RESIDENT_VERSION 2u
 
 typedef struct mi_prof_resident_s {
   uint32_t size;                 /* set by the caller: sizeof(mi_prof_resident_t) */
@@ -168,6 +168,10 @@ typedef struct mi_prof_resident_s {
                                     mapped inside a signal handler that interrupted a recording) */
   uint64_t arena_resident;       /* 0: sampled blocks live in mimalloc's heap (kept for the layout) */
   uint64_t profiler_bytes;       /* the profiler's own tables (OS memory held) */
+  /* version 2: the library's own anonymous memory resident now: what it mapped (tables,
+   * buckets, the record of mappings) and its static tables (.bss). Its code and initialised
+   * data are mappings of its file, which /proc/self/smaps names by the library's path. */
+  uint64_t profiler_resident;
 } mi_prof_resident_t;
 
 /* Fills `resident` (whose size and version the caller sets). False on unknown size/version

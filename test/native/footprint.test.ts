@@ -1,0 +1,92 @@
+/** What profiling adds to a Node process's memory, by construction: the profiler's own
+ * anonymous memory (`# profiler_resident` in its exit profile: its mappings, its static tables
+ * and its record of mappings, counted with mincore, native/src/resident.c) plus the file pages
+ * that profiling adds against the same run stopped (test/native/fixtures/node-footprint.cjs:
+ * every library's, and of node's own only its unwind tables, 3.4 MB that are read from the file
+ * and add none; V8 touches node's code and constants differently in each run). The gate is the budget of the benchmark's issue: at most
+ * 2 % of the live heap at its peak, the peak profile's own estimate, on the benchmark's workload
+ * (bench/fixtures/node-mix.cjs). Peak RSS itself cannot be gated: V8's heap moves it by MiBs
+ * from run to run (bench/README.md).
+ *
+ * Positive controls, each of which the same gate must reject: the unwind tables read through
+ * their mappings (MP_TEST_UNWIND_MAPPED: the file part), and 1 MiB of profiler memory held
+ * from start (MP_TEST_BALLAST: the anonymous part). */
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { readFileSync, realpathSync } from 'node:fs';
+import { release } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+
+import { root, tempDir } from '../helpers.js';
+import { mimallocLabel } from '../mimalloc.js';
+import { buildTestHooks, runUnder } from '../reliability/util.js';
+
+const SHARE = 0.02;
+
+interface Footprint {
+  fileKiB: number;
+  ownKiB?: number;
+  livePeakKiB?: number;
+}
+
+/** File offsets of node's .eh_frame_hdr and the end of its .eh_frame. */
+function unwindTables(): [number, number] {
+  const r = spawnSync('readelf', ['-SW', realpathSync(process.execPath)], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  const section = (name: string) => {
+    const m = new RegExp(`\\${name}\\s+\\S+\\s+[0-9a-f]+\\s+([0-9a-f]+)\\s+([0-9a-f]+)`).exec(r.stdout);
+    assert.ok(m, `node has no ${name}`);
+    return [parseInt(m[1]!, 16), parseInt(m[2]!, 16)] as const;
+  };
+  const [hdr] = section('.eh_frame_hdr');
+  const [frames, size] = section('.eh_frame ');
+  return [hdr, frames + size];
+}
+const EH = unwindTables();
+
+/** node-mix 40 under the test-hooks library: the file pages profiling can add, at the end of
+ * the script, and, when profiling, the exit profile's profiler_resident and the peak profile's
+ * estimate. */
+function nodeMix(env: Record<string, string>): Footprint {
+  const dir = tempDir('mpp-footprint-');
+  const profiling = env.MIMALLOC_PROF === '1';
+  const dumps: Record<string, string> = profiling ? { MIMALLOC_PROF_DUMP_AT_EXIT: join(dir, 'exit.heap'), MIMALLOC_PROF_DUMP_PEAK_AT_EXIT: join(dir, 'peak.heap') } : {};
+  const script = join(root, 'test', 'native', 'fixtures', 'node-footprint.cjs');
+  const r = runUnder(buildTestHooks(), process.execPath, [script, String(EH[0]), String(EH[1])], { ...env, ...dumps }, 120_000);
+  assert.equal(r.status, 0, r.stderr);
+  const fileKiB = Number(r.stdout.trim().split('\n').pop());
+  if (!profiling) return { fileKiB };
+  const own = /^# profiler_resident: (\d+)$/m.exec(readFileSync(join(dir, 'exit.heap'), 'utf8'));
+  const head = /^heap profile:\s*\d+:\s*(\d+)/.exec(readFileSync(join(dir, 'peak.heap'), 'utf8'));
+  assert.ok(own && head, 'the profiles carry profiler_resident and the estimate at the peak');
+  return { fileKiB, ownKiB: Number(own[1]) / 1024, livePeakKiB: Number(head[1]) / 1024 };
+}
+
+/** The added KiB and the budget, from a stopped run and a profiled one. */
+function judge(stopped: Footprint, profiled: Footprint) {
+  const added = Math.max(0, profiled.fileKiB - stopped.fileKiB) + profiled.ownKiB!;
+  return { added, budget: SHARE * profiled.livePeakKiB!, text: `file ${profiled.fileKiB - stopped.fileKiB} KiB + own ${profiled.ownKiB!.toFixed(0)} KiB against 2 % of ${(profiled.livePeakKiB! / 1024).toFixed(1)} MiB` };
+}
+
+function kernelHasMapQuery(): boolean {
+  const [major = 0, minor = 0] = release().split('.').map(Number);
+  return major > 6 || (major === 6 && minor >= 11);
+}
+
+test(`profiling node-mix adds at most 2 % of its live heap at the peak; both controls add more (${mimallocLabel})`, (t) => {
+  const stopped = nodeMix({});
+  const profiled = nodeMix({ MIMALLOC_PROF: '1' });
+  const ours = judge(stopped, profiled);
+  t.diagnostic(`profiling: ${ours.text}`);
+  assert.ok(ours.added <= ours.budget, `profiling adds ${ours.added.toFixed(0)} KiB: ${ours.text}`);
+
+  const ballast = judge(stopped, nodeMix({ MIMALLOC_PROF: '1', MP_TEST_BALLAST: '1' }));
+  t.diagnostic(`control, 1 MiB held: ${ballast.text}`);
+  assert.ok(ballast.added > ballast.budget, `the anonymous control passed: ${ballast.text}`);
+  if (kernelHasMapQuery()) { // before Linux 6.11 the tables are read through the mappings
+    const mapped = judge(stopped, nodeMix({ MIMALLOC_PROF: '1', MP_TEST_UNWIND_MAPPED: '1' }));
+    t.diagnostic(`control, tables through the mappings: ${mapped.text}`);
+    assert.ok(mapped.added > mapped.budget, `the file control passed: ${mapped.text}`);
+  }
+});
