@@ -17,8 +17,9 @@
 //    differences of peak RSS (VmHWM), of its file-backed part and of the rest, against the
 //    profile's own estimate of the live heap at its peak (MIMALLOC_PROF_DUMP_PEAK_AT_EXIT);
 //    and, free of the noise that V8's heap puts in those, what the profiler adds by its own
-//    count: its anonymous memory resident at exit (`# profiler_resident` in the exit profile,
-//    native/src/resident.c) plus the file-backed difference.
+//    count: its anonymous memory resident at exit (`# profiler_resident`, native/src/resident.c),
+//    what its sampled blocks held beyond their requests at the peak (`# sampled_rounding_bytes`
+//    of the peak profile, native/src/sampler.c), and the file-backed difference.
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
@@ -104,6 +105,7 @@ function statusRun(profiling, peakFile) {
 const diffs = { hwm: [], file: [], rest: [] };
 const liveAtPeak = [];
 const selfKiB = [];
+const roundingKiB = [];
 for (let i = 0; i < pairs; i++) {
   const peakFile = join(work, `peak-${i}.heap`);
   const first = i % 2 === 0;
@@ -114,12 +116,17 @@ for (let i = 0; i < pairs; i++) {
   diffs.file.push(on.file - off.file);
   diffs.rest.push(on.hwm - on.file - (off.hwm - off.file));
   // "heap profile: N: BYTES [...] @ heap_v2/R": the estimate of bytes in use at the peak
-  const head = /^heap profile:\s*\d+:\s*(\d+)/.exec(readFileSync(peakFile, 'utf8'));
+  const peak = readFileSync(peakFile, 'utf8');
+  const head = /^heap profile:\s*\d+:\s*(\d+)/.exec(peak);
   if (head) liveAtPeak.push(Number(head[1]) / 1024);
-  const own = /^# profiler_resident: (\d+)/m.exec(readFileSync(`${peakFile}.exit`, 'utf8'));
-  if (own) selfKiB.push(Number(own[1]) / 1024);
+  const own = /^# profiler_resident: (\d+)/m.exec(peak);
+  const rounding = /^# sampled_rounding_bytes: (\d+)/m.exec(peak);
+  if (own && rounding) {
+    selfKiB.push(Number(own[1]) / 1024);
+    roundingKiB.push(Number(rounding[1]) / 1024);
+  }
 }
-if (selfKiB.length !== pairs) die('the exit profiles carry no profiler_resident line (a library from before it?)');
+if (selfKiB.length !== pairs) die('the peak profiles carry no profiler_resident line (a library from before it?)');
 const rss = {
   pairs,
   peakKiB: estimate(diffs.hwm),
@@ -127,9 +134,10 @@ const rss = {
   restKiB: estimate(diffs.rest),
   liveHeapAtPeakKiB: { median: median(liveAtPeak), min: Math.min(...liveAtPeak), max: Math.max(...liveAtPeak) },
   profilerResidentKiB: { median: median(selfKiB), min: Math.min(...selfKiB), max: Math.max(...selfKiB) },
+  roundingAtPeakKiB: { median: median(roundingKiB), min: Math.min(...roundingKiB), max: Math.max(...roundingKiB) },
 };
-// by its own count: the profiler's anonymous memory plus the file-backed pages it adds
-const addedKiB = rss.profilerResidentKiB.median + Math.max(0, rss.fileKiB.median);
+// by its own count: the profiler's anonymous memory, its rounding at the peak, the file pages it adds
+const addedKiB = rss.profilerResidentKiB.median + rss.roundingAtPeakKiB.median + Math.max(0, rss.fileKiB.median);
 rss.addedByConstructionKiB = addedKiB;
 rss.addedShareOfLiveHeap = addedKiB / rss.liveHeapAtPeakKiB.median;
 
@@ -141,6 +149,7 @@ if (values.json) {
 
 const x = (r) => `${r.median.toFixed(3)}× [${r.lo.toFixed(3)}, ${r.hi.toFixed(3)}]`;
 const mb = (kib) => `${(kib / 1024).toFixed(2)} MiB`;
+const kb = (kib) => `${kib.toFixed(0)} KiB`;
 const mbi = (e) => `${e.median >= 0 ? '+' : ''}${mb(e.median)} [${mb(e.lo)}, ${mb(e.hi)}]`;
 const live = rss.liveHeapAtPeakKiB;
 const lines = [
@@ -154,7 +163,7 @@ const lines = [
   '',
   `Peak RSS added by profiling, from ${pairs} interleaved pairs (median of the pairs' differences, 95 % bootstrap interval): **${mbi(rss.peakKiB)}** in all; file-backed pages ${mbi(rss.fileKiB)}; the rest ${mbi(rss.restKiB)}. The profile's estimate of the live heap at its peak: ${mb(live.median)} (${mb(live.min)}–${mb(live.max)}), so 2 % of it is ${mb(live.median * 0.02)}.`,
   '',
-  `By the profiler's own count, free of V8's noise: its anonymous memory resident at exit (tables, unwind cache, record of mappings; \`# profiler_resident\` in the exit profile) ${mb(rss.profilerResidentKiB.median)} (${mb(rss.profilerResidentKiB.min)}–${mb(rss.profilerResidentKiB.max)}), plus the file-backed difference above: **${mb(addedKiB)}, ${(100 * rss.addedShareOfLiveHeap).toFixed(2)} % of the live heap at its peak**.`,
+  `By the profiler's own count, free of V8's noise: its anonymous memory resident at exit (tables, unwind cache, record of mappings; \`# profiler_resident\`) ${kb(rss.profilerResidentKiB.median)} (${kb(rss.profilerResidentKiB.min)}–${kb(rss.profilerResidentKiB.max)}), what its sampled blocks held beyond their requests at the peak (\`# sampled_rounding_bytes\` of the peak profile) ${kb(rss.roundingAtPeakKiB.median)} (${kb(rss.roundingAtPeakKiB.min)}–${kb(rss.roundingAtPeakKiB.max)}), and the file-backed difference above: **${kb(addedKiB)}, ${(100 * rss.addedShareOfLiveHeap).toFixed(2)} % of the live heap at its peak** (medians).`,
 ];
 console.log(lines.join('\n'));
 if (values.write) {

@@ -56,8 +56,12 @@ bool mp_dump(const char* path_in, mp_format_t format, bool peak) {
     snap.peak = true;
     snap.peak_bytes = p.bytes;
     snap.peak_ns = p.ns;
+    snap.rounding = p.rounding;
+  } else {
+    snap.rounding = mp_table_rounding();
   }
   mp_stats_fill(&snap.stats);
+  snap.profiler_resident = mp_profiler_resident();
   if (!mp_snapshot_take(&snap) || (out = mp_os_alloc_transient(sizeof(mp_out_t))) == NULL) {
     err = ENOMEM;
     goto done;

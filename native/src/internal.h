@@ -182,13 +182,13 @@ static inline void mp_profiler_leave(mp_thread_t* t, bool guard) {
   if (__builtin_expect(!guard && t->deferred_signal != 0, 0)) mp_signal_resume();
 }
 
-/* Sampled blocks live in the program's own heap, each at an address whose low 12 bits are 0
- * or mimalloc's page offset (sampler.c); mp_sample_mask keeps the other low bits.
+/* Sampled blocks live in the program's own heap, each at an address whose low 10 bits (the
+ * grain's) are 0 or mimalloc's page offset (sampler.c); mp_sample_mask keeps the other low bits.
  * The free-side filter: a pointer p needs the slow path iff (p & mp_filter_mask) == 0. The mask
  * is mp_sample_mask while profiling (the slow path then asks the record table, whose shards say
  * at once when they hold nothing), 0 while memory events are on (every free), and all ones
  * otherwise (only NULL). */
-#define MP_SAMPLE_GRAIN ((uintptr_t)4096)
+#define MP_SAMPLE_GRAIN ((uintptr_t)1024)
 extern uintptr_t mp_sample_mask;
 void mp_sampler_measure(void); /* sets mp_sample_mask once; under the lifecycle lock */
 extern uintptr_t mp_filter_mask;
@@ -225,6 +225,9 @@ typedef struct mp_recorded_s {
 size_t mp_block_bytes(const void* p, mp_recorded_t r);
 /* What a live block counts for beyond mp_block_bytes once it loses its record r. */
 size_t mp_unrecorded_extra(const void* p, mp_recorded_t r);
+/* The heap bytes a sampled block of `size` holds beyond the same request unsampled when it was
+ * rounded up (sample_alloc): what the sample costs the program's heap. */
+size_t mp_rounding_extra(size_t size);
 
 /* Flags of an allocation request. */
 #define MP_ZERO 1u     /* calloc */
@@ -444,8 +447,12 @@ typedef struct mp_peak_s {
   double bytes;
   uint64_t ns;
   uint64_t snapshots;
+  size_t rounding; /* mp_table_rounding then */
 } mp_peak_t;
 void mp_table_peak(mp_peak_t* peak);
+/* Heap bytes the live sampled blocks hold beyond their requests (rounded up to be where the
+ * free filter looks, sampler.c): the profiler's cost in the program's own heap. */
+size_t mp_table_rounding(void);
 
 /* ---- snapshot: what the writers consume, copied out under the locks ---- */
 typedef struct mp_row_s {
@@ -465,6 +472,8 @@ typedef struct mp_snapshot_s {
   bool peak;        /* rows' live counts are those of the peak snapshot (mp_table_peak) */
   double peak_bytes; /* the estimate of bytes in use then, and when (CLOCK_REALTIME ns) */
   uint64_t peak_ns;
+  size_t rounding;   /* mp_table_rounding, now or (peak) then */
+  uint64_t profiler_resident; /* mp_profiler_resident before the snapshot's own buffers */
   mp_row_t* rows;
   size_t nrows;
   uintptr_t* frames; /* return addresses, leaf first per row */

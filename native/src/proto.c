@@ -344,7 +344,7 @@ void mp_write_proto(mp_out_t* out, const mp_snapshot_t* snap) {
 
   /* string indexes after the fixed strings and comments: mapping names and build ids, then
    * thread names (all known before the samples that refer to them are written) */
-  uint64_t next_str = MP_STR_COMMENT + (snap->stats.memory_events ? 2 : 1) + (snap->peak ? 1 : 0);
+  uint64_t next_str = MP_STR_COMMENT + (snap->stats.memory_events ? 2 : 1) + (snap->peak ? 1 : 0) + 1;
   for (size_t i = 0; i < m.nobjs; i++) {
     m.objs[i].name_idx = next_str++;
     m.objs[i].bid_idx = m.objs[i].bid_len ? next_str++ : 0;
@@ -456,6 +456,10 @@ void mp_write_proto(mp_out_t* out, const mp_snapshot_t* snap) {
     len = mp_kv(line, len, " at_unix_ms=", (int64_t)(snap->peak_ns / 1000000u), false);
     pb_out_ld(out, 6, line, len);
   }
+  /* what profiling costs the process's memory (text.c says the same) */
+  len = mp_kv(line, 0, "profiler: resident_bytes=", (int64_t)snap->profiler_resident, false);
+  len = mp_kv(line, len, " sampled_rounding_bytes=", (int64_t)snap->rounding, false);
+  pb_out_ld(out, 6, line, len);
   for (size_t i = 0; i < m.nobjs; i++) {
     pb_out_ld(out, 6, m.pool + m.objs[i].name_off, m.objs[i].name_len);
     if (m.objs[i].bid_len) pb_out_ld(out, 6, m.pool + m.objs[i].bid_off, m.objs[i].bid_len);
@@ -472,6 +476,7 @@ void mp_write_proto(mp_out_t* out, const mp_snapshot_t* snap) {
   pb_out_uint(out, 13, MP_STR_COMMENT);
   if (snap->stats.memory_events) pb_out_uint(out, 13, MP_STR_COMMENT + 1);
   if (snap->peak) pb_out_uint(out, 13, MP_STR_COMMENT + (snap->stats.memory_events ? 2 : 1));
+  pb_out_uint(out, 13, MP_STR_COMMENT + (snap->stats.memory_events ? 2 : 1) + (snap->peak ? 1 : 0)); /* the profiler's cost */
   pb_out_uint(out, 14, MP_STR_INUSE_SPACE);
 
   mp_os_free(loc_mem, loc_bytes);

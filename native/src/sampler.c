@@ -202,22 +202,51 @@ static void* plain_alloc(size_t size, size_t align, bool zero) {
 
 /* Where sampled blocks sit (internal.h): mimalloc's pages start `offset` bytes past a 4 KiB
  * boundary (0 on 2.x; 3.x keeps its page header first: 128 bytes on 3.0.1), so every block of a
- * size class that is a multiple of 4 KiB, and every large block, sits at that offset. The
- * filter's mask keeps the low 12 bits except the offset's, and passes blocks at the offset and
- * at the boundary itself. Measured once, before the first start. */
+ * size class that is a multiple of the grain (1 KiB), and every large block, sits at that
+ * offset past a grain boundary. The filter's mask keeps the low 10 bits except the offset's,
+ * and passes blocks at the offset and at the boundary itself. Measured once, before the first
+ * start. The grain trades the free filter's first test (it passes 1 in 1024 / size of the small
+ * blocks) against the rounding (at most a grain per live sample): at 4 KiB the rounding held
+ * 86-128 KiB of the Node benchmark's heap at its peak, at 1 KiB 5-10 KiB.
+ * Not every small class sits there: mimalloc 2.0's pages of 1 KiB blocks start 3456 bytes into
+ * a 4 KiB page, so a block is rounded to at least `rounded_min`, the smallest multiple of the
+ * grain from which on every class up to 4 KiB was seen to sit there (its blocks over two
+ * pages); 4 KiB classes and up always do. */
 uintptr_t mp_sample_mask = MP_SAMPLE_GRAIN - 1;
 static size_t rounded_align = MP_SAMPLE_GRAIN; /* the alignment every rounded block has */
+static size_t rounded_min = 4096;
+
+/* Whether blocks of `size` sit at the sample place: those of two pages (64 KiB each), checked
+ * before the first start. */
+static bool class_sits(size_t size, uintptr_t mask) {
+  enum { MAX_PROBES = 2 * 64 };
+  void* blocks[MAX_PROBES];
+  size_t n = 2 * ((size_t)64 << 10) / size + 1;
+  if (n > MAX_PROBES) n = MAX_PROBES;
+  bool sits = true;
+  size_t made = 0;
+  for (; made < n; made++) {
+    blocks[made] = mi_malloc(size);
+    if (blocks[made] == NULL) break;
+    sits = sits && ((uintptr_t)blocks[made] & mask) == 0;
+  }
+  while (made > 0) mi_free(blocks[--made]);
+  return sits;
+}
 
 void mp_sampler_measure(void) {
   static bool measured;
   if (measured) return;
-  void* probe = mi_malloc(MP_SAMPLE_GRAIN * 16);
+  void* probe = mi_malloc((size_t)64 << 10); /* a block in a page of its own on both majors */
   uintptr_t offset = (uintptr_t)probe & (MP_SAMPLE_GRAIN - 1);
   mi_free(probe);
   rounded_align = offset == 0 ? MP_SAMPLE_GRAIN : offset & -offset;
   /* Relaxed: it only ever narrows, before the first record (a free with memory events on
    * may read it meanwhile, and then finds no record either way). */
-  __atomic_store_n(&mp_sample_mask, (MP_SAMPLE_GRAIN - 1) & ~offset, __ATOMIC_RELAXED);
+  uintptr_t mask = (MP_SAMPLE_GRAIN - 1) & ~offset;
+  for (size_t size = 4096 - MP_SAMPLE_GRAIN; size >= MP_SAMPLE_GRAIN && class_sits(size, mask); size -= MP_SAMPLE_GRAIN)
+    rounded_min = size;
+  __atomic_store_n(&mp_sample_mask, mask, __ATOMIC_RELAXED);
   measured = true;
 }
 
@@ -227,7 +256,7 @@ static inline bool at_sample_place(const void* p) {
 }
 
 /* Whether p may be a sampled block: most shards hold no record at a given moment, so the
- * unsampled blocks at a sample's place (about one in 4096 / size of the small ones, and every
+ * unsampled blocks at a sample's place (about one in 1024 / size of the small ones, and every
  * large one) mostly cost one load here. */
 static bool maybe_sampled(const void* p) { return at_sample_place(p) && mp_table_may_hold((uintptr_t)p); }
 
@@ -237,7 +266,14 @@ static mp_recorded_t take_record(const void* p) {
 }
 
 static inline size_t round_to_grain(size_t size) {
-  return size > SIZE_MAX - MP_SAMPLE_GRAIN ? size : (size + MP_SAMPLE_GRAIN - 1) & ~(MP_SAMPLE_GRAIN - 1);
+  if (size > SIZE_MAX - MP_SAMPLE_GRAIN) return size;
+  size_t rounded = (size + MP_SAMPLE_GRAIN - 1) & ~(MP_SAMPLE_GRAIN - 1);
+  return rounded < rounded_min ? rounded_min : rounded;
+}
+
+size_t mp_rounding_extra(size_t size) {
+  size_t rounded = mi_good_size(round_to_grain(size)), plain = mi_good_size(size);
+  return rounded > plain ? rounded - plain : 0;
 }
 
 #ifdef MP_TEST_HOOKS
@@ -259,14 +295,15 @@ static void* shared_heap_alloc(size_t size, bool zero) {
  * the program holds nor its reuse), at an address the free filter passes on:
  *  - first the block the request gets anyway: large blocks, and small ones that happen to,
  *    sit there and keep their size class;
- *  - else a block of the request rounded up to a multiple of 4 KiB, whose size class sits
+ *  - else a block of the request rounded up to a multiple of the grain, whose size class sits
  *    there on both majors (`rounded`: it counts as the request unsampled would, mp_block_bytes).
- *    At most 4 KiB more per live sample: at most 4 KiB / R of the live heap (0.8 % at 512 KiB).
+ *    At most 1 KiB more per live sample: at most 1 KiB / R of the live heap (0.2 % at 512 KiB),
+ *    counted (mp_table_rounding) and stated in every profile.
  *    mimalloc's aligned allocation would also place it, but takes a size class of its own
  *    (every sample so placed: 1.056x peak RSS on the Node benchmark; only those whose block
  *    did not sit there: 1.032x; rounded instead: 1.024-1.030x), and on 3.0.1 aligned blocks
  *    exhaust memory in threads that come and go (docs/reliability.md);
- *  - an alignment above what that block has is asked of mimalloc at 4 KiB or more.
+ *  - an alignment above what that block has is asked of mimalloc at the grain or more.
  * NULL (the sample is dropped) on an exiting thread (thread.c), or when no such block came. */
 static void* sample_alloc(mp_thread_t* t, size_t size, size_t align, bool zero, bool* rounded) {
   *rounded = false;

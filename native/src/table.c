@@ -72,6 +72,9 @@ typedef struct record_shard_s {
   /* This shard's change to the estimate of bytes in use not yet added to est_live; read and
    * written under the lock only; |pending| < EST_FLUSH between critical sections. */
   int64_t pending;
+  /* Heap bytes its live rounded records hold beyond their requests (mp_rounding_extra):
+   * written under the lock, read by mp_table_rounding without it. */
+  size_t rounding;
   char pad[64];
 } record_shard_t;
 
@@ -88,6 +91,7 @@ typedef struct record_shard_s {
 static _Alignas(64) _Atomic int64_t est_live;
 static _Alignas(64) _Atomic int64_t peak_bytes;
 static _Atomic uint64_t peak_ns;
+static _Atomic size_t peak_rounding;
 static _Atomic int64_t peak_next = (int64_t)1 << 20;
 static atomic_ullong peak_copies;
 static atomic_bool peak_busy;
@@ -357,6 +361,7 @@ static void peak_copy(unsigned generation) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     atomic_store(&peak_bytes, estimate);
+    atomic_store(&peak_rounding, mp_table_rounding());
     atomic_store(&peak_ns, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
     int64_t step = estimate / 32 > PEAK_MIN_STEP ? estimate / 32 : PEAK_MIN_STEP;
     atomic_store(&peak_next, estimate + step);
@@ -370,6 +375,21 @@ void mp_table_peak(mp_peak_t* peak) {
   peak->bytes = (double)atomic_load(&peak_bytes);
   peak->ns = atomic_load(&peak_ns);
   peak->snapshots = atomic_load(&peak_copies);
+  peak->rounding = atomic_load(&peak_rounding);
+}
+
+/* Under rs->lock: a live record of `size` came (+1) or went (-1), rounded or not. */
+static void rounding_change(record_shard_t* rs, size_t size, bool rounded, int sign) {
+  if (!rounded) return;
+  size_t extra = mp_rounding_extra(size);
+  mp_assert(sign > 0 || rs->rounding >= extra);
+  __atomic_store_n(&rs->rounding, sign > 0 ? rs->rounding + extra : rs->rounding - extra, __ATOMIC_RELAXED);
+}
+
+size_t mp_table_rounding(void) {
+  size_t sum = 0;
+  for (unsigned i = 0; i < RSHARDS; i++) sum += __atomic_load_n(&rshards[i].rounding, __ATOMIC_RELAXED);
+  return sum;
 }
 
 int mp_table_add(uintptr_t p, size_t size, bool rounded, const uintptr_t* frames, unsigned depth, int32_t tid,
@@ -414,6 +434,9 @@ int mp_table_add(uintptr_t p, size_t size, bool rounded, const uintptr_t* frames
   bool ok = true, peaked = false;
   size_t j = record_find(rs, p);
   if (j < rs->cap) { /* a record whose free was never seen (freed behind our back) */
+    mp_recorded_t old = rec_of(&rs->slots[j]);
+    rounding_change(rs, old.size, old.rounded, -1);
+    rounding_change(rs, size, rounded, +1);
     (void)est_change(rs, -estimate_of(rec_bucket(&rs->slots[j])->size));
     bucket_release_live(rec_bucket(&rs->slots[j]));
     rs->slots[j].tagged = rec_tag(b, rounded);
@@ -427,6 +450,7 @@ int mp_table_add(uintptr_t p, size_t size, bool rounded, const uintptr_t* frames
     rs->slots[j].tagged = rec_tag(b, rounded);
     __atomic_store_n(count_of(rs), *count_of(rs) + 1, __ATOMIC_RELAXED);
     hint_add(p, 1);
+    rounding_change(rs, size, rounded, +1);
   }
   if (ok) peaked = est_change(rs, estimate_of(size));
   mp_unlock(&rs->lock);
@@ -446,6 +470,7 @@ static mp_recorded_t record_take(uintptr_t p, bool remove) {
     r = rec_of(&rs->slots[j]);
     if (remove) {
       record_delete(rs, j);
+      rounding_change(rs, r.size, r.rounded, -1);
       (void)est_change(rs, -estimate_of(b->size));
       bucket_release_live(b);
     }
@@ -475,6 +500,7 @@ int64_t mp_table_clear(bool with_whole) {
     rs->cap = 0;
     __atomic_store_n(count_of(rs), 0, __ATOMIC_RELAXED);
     rs->pending = 0;
+    __atomic_store_n(&rs->rounding, 0, __ATOMIC_RELAXED);
     mp_unlock(&rs->lock);
   }
   for (unsigned i = 0; i < SHARDS; i++) {
@@ -490,6 +516,7 @@ int64_t mp_table_clear(bool with_whole) {
   atomic_store(&est_live, 0);
   atomic_store(&peak_bytes, 0);
   atomic_store(&peak_ns, 0);
+  atomic_store(&peak_rounding, 0);
   atomic_store(&peak_next, PEAK_MIN_STEP);
   atomic_store(&peak_copies, 0);
   return whole;

@@ -88,7 +88,10 @@ void mp_write_text(mp_out_t* out, const mp_snapshot_t* snap) {
   out_stat(out, "estimated_accum_bytes", (uint64_t)(s->estimated_accum_bytes + 0.5));
   out_stat(out, "dropped_samples", s->dropped_samples);
   out_stat(out, "profiler_bytes", s->profiler_bytes);
-  out_stat(out, "profiler_resident", mp_profiler_resident()); /* what the profiler adds to RSS now */
+  /* what profiling costs the process's memory: its own (now), and its rounding of sampled
+   * blocks in the program's heap (now, or at the peak in a peak profile) */
+  out_stat(out, "profiler_resident", snap->profiler_resident);
+  out_stat(out, "sampled_rounding_bytes", snap->rounding);
   if (s->memory_events) {
     out_stat_i(out, "exact_live_bytes", s->exact_live_bytes);
     out_stat_i(out, "exact_live_objects", s->exact_live_objects);

@@ -20,6 +20,7 @@ interface Report {
     restKiB: Estimate;
     liveHeapAtPeakKiB: { median: number; min: number; max: number };
     profilerResidentKiB: { median: number; min: number; max: number };
+    roundingAtPeakKiB: { median: number; min: number; max: number };
     addedByConstructionKiB: number;
     addedShareOfLiveHeap: number;
   };
@@ -41,5 +42,7 @@ test('bench/node-profiler.mjs --quick --json: every figure, finite, each median 
   assert.ok(report.rss.liveHeapAtPeakKiB.min > 0 && report.rss.liveHeapAtPeakKiB.min <= report.rss.liveHeapAtPeakKiB.max);
   const own = report.rss.profilerResidentKiB;
   assert.ok(own.min > 0 && own.min <= own.median && own.median <= own.max, JSON.stringify(own));
-  assert.ok(report.rss.addedByConstructionKiB >= own.median && Number.isFinite(report.rss.addedShareOfLiveHeap));
+  const rounding = report.rss.roundingAtPeakKiB;
+  assert.ok(rounding.min >= 0 && rounding.min <= rounding.median && rounding.median <= rounding.max, JSON.stringify(rounding));
+  assert.ok(report.rss.addedByConstructionKiB >= own.median + rounding.median && Number.isFinite(report.rss.addedShareOfLiveHeap));
 });
