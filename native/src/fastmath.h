@@ -51,17 +51,24 @@ static inline double mp_ln(double x) {
 }
 
 /* 1 - e^(-t) for t >= 0 (also +inf: 1), without the cancellation of 1 - exp(-t) at small t.
- * t < 1/2: the alternating series t - t^2/2! + t^3/3! - ..., nested as
- * t (1 - t/2 (1 - t/3 (1 - ...))), whose terms fall below 2^-60 of the sum by the 18th.
+ * t < 1/2: the alternating series t - t^2/2! + t^3/3! - ..., summed until a term falls below
+ * 2^-56 of the sum (by the 18th at most; a sample's t = size / R is mostly below 2^-10, where
+ * four terms do: the weight is taken twice per sample).
  * t >= 1/2: e^(-t) = 2^-k e^(-r), k = round(t / ln 2), |r| <= ln2 / 2, by its Taylor series
  * to the 16th term, and 1 - e^(-t) >= 0.39 has no cancellation. Past t = 40, 1 - e^(-t) is 1 in
  * a double. */
 static inline double mp_one_minus_exp_neg(double t) {
   if (!(t > 0)) return 0.0; /* also NaN */
   if (t < 0.5) {
-    double f = 1.0;
-    for (int k = 18; k >= 2; k--) f = 1.0 - t / (double)k * f;
-    return t * f;
+    static const double inverse[19] = {0, 1, 1.0 / 2, 1.0 / 3, 1.0 / 4, 1.0 / 5, 1.0 / 6, 1.0 / 7, 1.0 / 8, 1.0 / 9,
+                                       1.0 / 10, 1.0 / 11, 1.0 / 12, 1.0 / 13, 1.0 / 14, 1.0 / 15, 1.0 / 16, 1.0 / 17, 1.0 / 18};
+    double term = t, sum = t;
+    for (int k = 2; k <= 18; k++) {
+      term *= -t * inverse[k];
+      sum += term;
+      if ((term < 0 ? -term : term) < 0x1.0p-56 * sum) break;
+    }
+    return sum;
   }
   if (t > 40.0) return 1.0;
   const double ln2_hi = 0x1.62e42fefa3800p-1, ln2_lo = 0x1.ef35793c76730p-45;

@@ -182,13 +182,13 @@ static inline void mp_profiler_leave(mp_thread_t* t, bool guard) {
   if (__builtin_expect(!guard && t->deferred_signal != 0, 0)) mp_signal_resume();
 }
 
-/* Sampled blocks live in the program's own heap, each at an address whose low 10 bits (the
+/* Sampled blocks live in the program's own heap, each at an address whose low 11 bits (the
  * grain's) are 0 or mimalloc's page offset (sampler.c); mp_sample_mask keeps the other low bits.
  * The free-side filter: a pointer p needs the slow path iff (p & mp_filter_mask) == 0. The mask
  * is mp_sample_mask while profiling (the slow path then asks the record table, whose shards say
  * at once when they hold nothing), 0 while memory events are on (every free), and all ones
  * otherwise (only NULL). */
-#define MP_SAMPLE_GRAIN ((uintptr_t)1024)
+#define MP_SAMPLE_GRAIN ((uintptr_t)2048)
 extern uintptr_t mp_sample_mask;
 void mp_sampler_measure(void); /* sets mp_sample_mask once; under the lifecycle lock */
 extern uintptr_t mp_filter_mask;
@@ -365,6 +365,7 @@ typedef struct mp_bucket_s {
   struct mp_bucket_s* next; /* hash chain */
   uint64_t hash;
   size_t size;              /* requested bytes of every sample in this bucket */
+  int64_t estimate;         /* a live sample's share of the estimate, size * w (table.c estimate_of) */
   uint64_t live;            /* sampled, live */
   uint64_t allocs;          /* sampled, since start or reset */
   uint64_t peak;            /* sampled, live when the last peak snapshot was taken */

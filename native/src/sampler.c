@@ -202,16 +202,17 @@ static void* plain_alloc(size_t size, size_t align, bool zero) {
 
 /* Where sampled blocks sit (internal.h): mimalloc's pages start `offset` bytes past a 4 KiB
  * boundary (0 on 2.x; 3.x keeps its page header first: 128 bytes on 3.0.1), so every block of a
- * size class that is a multiple of the grain (1 KiB), and every large block, sits at that
- * offset past a grain boundary. The filter's mask keeps the low 10 bits except the offset's,
+ * size class that is a multiple of the grain (2 KiB), and every large block, sits at that
+ * offset past a grain boundary. The filter's mask keeps the low 11 bits except the offset's,
  * and passes blocks at the offset and at the boundary itself. Measured once, before the first
- * start. The grain trades the free filter's first test (it passes 1 in 1024 / size of the small
- * blocks) against the rounding (at most a grain per live sample): at 4 KiB the rounding held
- * 86-128 KiB of the Node benchmark's heap at its peak, at 1 KiB 5-10 KiB.
- * Not every small class sits there: mimalloc 2.0's pages of 1 KiB blocks start 3456 bytes into
- * a 4 KiB page, so a block is rounded to at least `rounded_min`, the smallest multiple of the
- * grain from which on every class up to 4 KiB was seen to sit there (its blocks over two
- * pages); 4 KiB classes and up always do. */
+ * start. The grain trades the free filter's first test (it passes 1 in 2048 / size of the small
+ * blocks; callgrind's tiny-hot pairs: +0.8 instructions a pair at 1 KiB) against the rounding
+ * (at most a grain per live sample: at 4 KiB it held 86-128 KiB of the Node benchmark's heap at
+ * its peak, at 2 KiB 31-37 KiB).
+ * A class below 4 KiB sits there only if its pages start on the grain (mimalloc 2.0's pages of
+ * 1 KiB blocks start 3456 bytes into a 4 KiB page), so a block is rounded to at least
+ * `rounded_min`, the smallest multiple of the grain from which on every class up to 4 KiB was
+ * seen to sit there (its blocks over two pages); 4 KiB classes and up always do. */
 uintptr_t mp_sample_mask = MP_SAMPLE_GRAIN - 1;
 static size_t rounded_align = MP_SAMPLE_GRAIN; /* the alignment every rounded block has */
 static size_t rounded_min = 4096;
@@ -256,7 +257,7 @@ static inline bool at_sample_place(const void* p) {
 }
 
 /* Whether p may be a sampled block: most shards hold no record at a given moment, so the
- * unsampled blocks at a sample's place (about one in 1024 / size of the small ones, and every
+ * unsampled blocks at a sample's place (about one in 2048 / size of the small ones, and every
  * large one) mostly cost one load here. */
 static bool maybe_sampled(const void* p) { return at_sample_place(p) && mp_table_may_hold((uintptr_t)p); }
 
@@ -297,7 +298,7 @@ static void* shared_heap_alloc(size_t size, bool zero) {
  *    sit there and keep their size class;
  *  - else a block of the request rounded up to a multiple of the grain, whose size class sits
  *    there on both majors (`rounded`: it counts as the request unsampled would, mp_block_bytes).
- *    At most 1 KiB more per live sample: at most 1 KiB / R of the live heap (0.2 % at 512 KiB),
+ *    At most 2 KiB more per live sample: at most 2 KiB / R of the live heap (0.4 % at 512 KiB),
  *    counted (mp_table_rounding) and stated in every profile.
  *    mimalloc's aligned allocation would also place it, but takes a size class of its own
  *    (every sample so placed: 1.056x peak RSS on the Node benchmark; only those whose block

@@ -127,6 +127,11 @@ static uint64_t hash_stack(size_t size, const uintptr_t* frames, unsigned depth,
   return h;
 }
 
+/* A live sample's share of the estimate of bytes in use: size · w, in whole bytes. */
+static int64_t estimate_of(size_t size) {
+  return (int64_t)((double)size * mp_weight((double)size, (double)mp_state.interval) + 0.5);
+}
+
 /* ---- buckets ----------------------------------------------------------------------------- */
 /* Under the shard lock: the index goes (the static first one is left empty). */
 static void index_release(bucket_shard_t* s) {
@@ -181,6 +186,7 @@ static mp_bucket_t* bucket_get(bucket_shard_t* s, uint64_t h, size_t size, const
   }
   b->hash = h;
   b->size = size;
+  b->estimate = estimate_of(size); /* once per bucket: the interval is fixed until the stop clears it */
   b->depth = depth;
   b->tid = tid;
   memcpy(b->thread, thread, sizeof(b->thread));
@@ -306,10 +312,6 @@ static void bucket_release_live(mp_bucket_t* b) {
   mp_unlock(&bs->lock);
 }
 
-/* A live sample's share of the estimate of bytes in use: size · w, in whole bytes. */
-static int64_t estimate_of(size_t size) {
-  return (int64_t)((double)size * mp_weight((double)size, (double)mp_state.interval) + 0.5);
-}
 
 /* Under rs->lock: adds delta to the shard's pending part, and the part to est_live once it
  * reaches ±EST_FLUSH; true when that brought est_live up to the next peak mark. */
@@ -348,7 +350,7 @@ static void peak_copy(unsigned generation) {
         while (*link != NULL) {
           mp_bucket_t* b = *link;
           b->peak = b->live;
-          estimate += (int64_t)b->live * estimate_of(b->size);
+          estimate += (int64_t)b->live * b->estimate;
           if (!bucket_shows(b)) {
             *link = b->next;
             bucket_retire(bs, b);
@@ -437,7 +439,7 @@ int mp_table_add(uintptr_t p, size_t size, bool rounded, const uintptr_t* frames
     mp_recorded_t old = rec_of(&rs->slots[j]);
     rounding_change(rs, old.size, old.rounded, -1);
     rounding_change(rs, size, rounded, +1);
-    (void)est_change(rs, -estimate_of(rec_bucket(&rs->slots[j])->size));
+    (void)est_change(rs, -rec_bucket(&rs->slots[j])->estimate);
     bucket_release_live(rec_bucket(&rs->slots[j]));
     rs->slots[j].tagged = rec_tag(b, rounded);
   } else if ((*count_of(rs) + 1) * 2 > rs->cap && !record_grow(rs)) {
@@ -452,7 +454,7 @@ int mp_table_add(uintptr_t p, size_t size, bool rounded, const uintptr_t* frames
     hint_add(p, 1);
     rounding_change(rs, size, rounded, +1);
   }
-  if (ok) peaked = est_change(rs, estimate_of(size));
+  if (ok) peaked = est_change(rs, b->estimate);
   mp_unlock(&rs->lock);
   if (peaked) peak_copy(generation);
   return ok ? 1 : -1;
@@ -471,7 +473,7 @@ static mp_recorded_t record_take(uintptr_t p, bool remove) {
     if (remove) {
       record_delete(rs, j);
       rounding_change(rs, r.size, r.rounded, -1);
-      (void)est_change(rs, -estimate_of(b->size));
+      (void)est_change(rs, -b->estimate);
       bucket_release_live(b);
     }
   }
