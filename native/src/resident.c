@@ -365,7 +365,8 @@ static uint64_t profiler_resident(const region_t* regions, size_t n, unsigned ch
   uint64_t mapped = 0, resident = 0;
   if (vec == MAP_FAILED) return 0;
   uintptr_t self = owner_of((const void*)(uintptr_t)&mi_prof_resident_get);
-  if (self == 0) resident += mp_os_bytes(); /* owners unknown: what it holds, nearly all of it made resident */
+  /* owners unknown, or the record not to be had now: what it holds, nearly all of it resident */
+  if (self == 0 || regions == NULL) resident += mp_os_bytes();
   for (size_t i = 0; self != 0 && regions != NULL && i < n; i++)
     if (regions[i].owner == self) add_region(&regions[i], vec, page, &mapped, &resident);
   if (blocks != NULL) /* this record, mapped past the interposed mmap */

@@ -76,11 +76,16 @@ void mp_stack_init(void) {
   learn_text((void*)&getpid, &libc_text);
   mp_unwind_init();
   /* glibc loads libgcc_s (dlopen) at the first backtrace: now, not inside a sampled malloc.
-   * A size of 0 loads it and unwinds nothing: an unwind here would read the eh_frame of
-   * libc and of the loader through their mappings, whose fault-around made ~160 KiB of them
-   * this process's RSS (bench/README.md), for frames nobody asked for. */
+   * Since glibc 2.34 a size of 0 loads it and unwinds nothing: an unwind here would read the
+   * eh_frame of libc and of the loader through their mappings, whose fault-around made
+   * ~160 KiB of them this process's RSS (bench/README.md), for frames nobody asked for. Before
+   * 2.34 a size of 0 returns first: one frame, then. */
   void* warm[1];
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
   (void)backtrace(warm, 0);
+#else
+  (void)backtrace(warm, 1);
+#endif
 }
 
 /* The thread's stack bounds, learned at its first sample from the mapping that holds its

@@ -657,13 +657,16 @@ static void tracked_close(int fd) {
 
 static object_t objects[OBJECTS_MAX];
 static atomic_uint objects_n;
-/* The thread that sets an object up (its mp_tls's address), 0 when none does. */
+/* The thread that sets an object up (its mp_tls's address), 0 when none does, and when it
+ * began (CLOCK_MONOTONIC ns; 0 outside a setup). */
 static _Atomic(uintptr_t) objects_writer;
+static _Atomic int64_t objects_setup_ns;
 /* How long a miss waits for another thread's setup of the object it is in (a setup reads the
  * file's search table: node's 600 KB in ten reads, ~0.1 ms) rather than read the tables
  * through the mapping, whose one binary search over node's table made 320 KiB of it this
  * process's RSS (test/native/footprint.test.ts). Past it, or nested in its own thread's
- * setup (a signal handler), the mapping is read. */
+ * setup (a signal handler), the mapping is read. The wait is counted from the setup's start, so
+ * a setup that never ends (its thread cancelled in a read) makes later misses wait no more. */
 #define SETUP_WAIT_NS 5000000ll
 static int32_t sparse_pool[SPARSE_POOL];
 static unsigned sparse_used;
@@ -736,11 +739,13 @@ static const object_t* object_of(const uint8_t* hdr, const struct dl_find_object
       __builtin_ia32_pause();
       continue;
     }
-    int64_t now = monotonic_ns();
-    if (deadline == 0) deadline = now + SETUP_WAIT_NS;
-    else if (now > deadline) return NULL;
+    int64_t now = monotonic_ns(), began = atomic_load_explicit(&objects_setup_ns, memory_order_relaxed);
+    if (deadline == 0) deadline = now + SETUP_WAIT_NS; /* a setup between its start and its clock */
+    if (began != 0 && began + SETUP_WAIT_NS < deadline) deadline = began + SETUP_WAIT_NS;
+    if (now > deadline) return NULL;
     sched_yield();
   }
+  atomic_store_explicit(&objects_setup_ns, monotonic_ns(), memory_order_relaxed);
   object_t* o = NULL;
   unsigned n = atomic_load_explicit(&objects_n, memory_order_relaxed);
   for (unsigned i = 0; i < n && o == NULL; i++)
@@ -753,6 +758,7 @@ static const object_t* object_of(const uint8_t* hdr, const struct dl_find_object
     atomic_store_explicit(&o->hdr, hdr, memory_order_release);
     atomic_store_explicit(&objects_n, n + 1, memory_order_release);
   }
+  atomic_store_explicit(&objects_setup_ns, 0, memory_order_relaxed);
   atomic_store_explicit(&objects_writer, 0, memory_order_release);
   return o;
 }
@@ -909,6 +915,7 @@ void mp_unwind_child_reinit(void) {
   }
   atomic_flag_clear(&writer);
   atomic_store(&objects_writer, 0);
+  atomic_store(&objects_setup_ns, 0);
   for (unsigned i = 0; i < OBJECTS_MAX; i++) atomic_flag_clear(&objects[i].cies.writer);
 }
 
