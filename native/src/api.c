@@ -61,13 +61,11 @@ void mp_stats_fill(mi_prof_stats_t* s) {
 /* A caller built against version 1 passes the struct without the version-2 field. */
 #define STATS_V1_SIZE offsetof(mi_prof_stats_t, estimated_live_bytes_variance)
 
+_Static_assert(MI_PROF_STATS_VERSION == 2, "mp_struct_version knows versions 1 and 2");
 bool mi_prof_stats_get(mi_prof_stats_t* stats) {
-  bool v2 = stats != NULL && stats->size == sizeof(*stats) && stats->version == MI_PROF_STATS_VERSION;
-  bool v1 = stats != NULL && stats->size == STATS_V1_SIZE && stats->version == 1;
-  if (!v1 && !v2) {
-    errno = EINVAL;
-    return false;
-  }
+  unsigned version = mp_struct_version(stats, sizeof(*stats), STATS_V1_SIZE);
+  if (version == 0) return false;
+  bool v1 = version == 1;
   bool guard = mp_tls.in_profiler;
 #ifdef MP_TEST_HOOKS
   if (!mp_test_hook("MP_TEST_UNGUARDED_STATS")) /* the debug build's control: locks taken unguarded */

@@ -107,6 +107,10 @@ size_t mp_fmt_hex(char* buf, uint64_t v);            /* lowercase, no 0x, no NUL
 size_t mp_strlen(const char* s);
 uint64_t mp_peak_rss(void); /* VmHWM in bytes, 0 when unknown */
 void mp_write_stderr(const char* msg);              /* "mimalloc-pprof: " prefix added */
+/* The layout of a caller's versioned struct, whose first two fields are uint32_t size and
+ * version: 2 the current one (`size_now` bytes), 1 the one without the version-2 fields
+ * (`size_v1`), 0 anything else (errno EINVAL). */
+unsigned mp_struct_version(const void* s, size_t size_now, size_t size_v1);
 void mp_warnf2(const char* a, const char* b, const char* c); /* concatenation, one line */
 /* Expands "%p" to the pid into out (cap bytes). False if it does not fit. */
 bool mp_expand_path(const char* path, char* out, size_t cap);

@@ -405,16 +405,13 @@ static void resident_fill(mi_prof_resident_t* out, bool with_self) {
 /* Callers built against version 1 pass the struct without its version-2 field. */
 #define RESIDENT_V1_SIZE offsetof(mi_prof_resident_t, profiler_resident)
 
+_Static_assert(MI_PROF_RESIDENT_VERSION == 2, "mp_struct_version knows versions 1 and 2");
 bool mi_prof_resident_get(mi_prof_resident_t* out) {
-  bool v2 = out != NULL && out->size == sizeof(*out) && out->version == MI_PROF_RESIDENT_VERSION;
-  bool v1 = out != NULL && out->size == RESIDENT_V1_SIZE && out->version == 1;
-  if (!v1 && !v2) {
-    errno = EINVAL;
-    return false;
-  }
+  unsigned layout = mp_struct_version(out, sizeof(*out), RESIDENT_V1_SIZE);
+  if (layout == 0) return false;
   uint32_t size = out->size, version = out->version;
   mi_prof_resident_t full = {.size = size, .version = version};
-  resident_fill(&full, v2);
+  resident_fill(&full, layout == 2);
   memcpy(out, &full, size);
   return true;
 }

@@ -246,3 +246,11 @@ uint64_t mp_peak_rss(void) {
   }
   return 0;
 }
+
+unsigned mp_struct_version(const void* s, size_t size_now, size_t size_v1) {
+  uint32_t head[2] = {0, 0}; /* size, version */
+  if (s != NULL) memcpy(head, s, sizeof(head));
+  unsigned version = s == NULL ? 0 : head[0] == size_now && head[1] == 2 ? 2 : head[0] == size_v1 && head[1] == 1 ? 1 : 0;
+  if (version == 0) errno = EINVAL;
+  return version;
+}
