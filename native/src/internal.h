@@ -354,6 +354,8 @@ typedef struct mp_unwind_walk_s {
 void mp_unwind_rule(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule_t* out);
 void mp_unwind_walk_end(mp_unwind_walk_t* walk);
 void mp_unwind_child_reinit(void); /* fork child only */
+void mp_unwind_fork_prepare(void); /* fork: waits (briefly) for the files other threads are opening */
+void mp_unwind_fork_parent(void);  /* ... and lets them open again */
 void mp_unwind_init(void);          /* once, before the first rule is asked */
 void mp_unwind_prefetch(uintptr_t pc); /* a hint that pc's rule is asked soon; no effect on results */
 void mp_unwind_counts(uint64_t* by_file, uint64_t* by_mapping, uint64_t* long_fdes); /* rules parsed from files, from mappings; FDEs read whole */

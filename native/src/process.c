@@ -1,6 +1,7 @@
 /* fork: the profiler's state across it.
  *
- * fork: the prepare handler sets the reentrancy guard, then takes the loader lock (first, as
+ * fork: the prepare handler sets the reentrancy guard, lets other threads finish opening the
+ * objects' files for their unwind tables (unwind.c, at most 1 ms), then takes the loader lock (first, as
  * a dump holds it while waiting for the loader, which may wait for a table lock), the
  * lifecycle lock, the thread registry, every table lock, the memory-events callback
  * table's writer lock and the record of mappings (resident.c), so the child inherits
@@ -26,6 +27,7 @@ static void fork_prepare(void) {
   if (!mp_test_hook("MP_TEST_SKIP_REENTRY_GUARD")) /* the signal tests' control */
 #endif
     mp_tls.in_profiler = true;
+  mp_unwind_fork_prepare();
   mp_lock(&mp_loader_lock);
   mp_lock(&mp_api_lock);
   mp_threads_lock();
@@ -38,6 +40,7 @@ static void fork_prepare(void) {
 }
 
 static void fork_parent(void) {
+  mp_unwind_fork_parent();
   mp_resident_fork_parent();
   mp_events_fork_parent();
   mp_table_unlock_all();

@@ -599,16 +599,60 @@ typedef struct object_s {
  * With no free slot the file is not opened (the mapping is read instead). */
 #define TRACKED_MAX 16u
 static atomic_int tracked[TRACKED_MAX];
+/* Forks under way (between their prepare and parent handlers): an open or a close waits for
+ * them to end (at most FORK_WAIT_NS, see claim), so that no descriptor is half-made or
+ * half-closed while the process is copied. */
+static atomic_int forking;
+#define FORK_WAIT_NS 10000000ll
+/* This thread holds a busy slot (a fork from a signal handler inside it must not wait for it). */
+static __thread bool holds_busy __attribute__((tls_model("initial-exec")));
+
+static int64_t monotonic_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 /* Opened without blocking (a path that became a FIFO, a terminal) and only if it is a regular
  * file on a local filesystem: on NFS every open asks the server, and a hung mount would hang
  * malloc, where the mapping needs only the page cache. With `ino`/`dev` nonzero, only if it is
  * still that file (a library replaced by an upgrade, a relative path after a chdir). */
+/* Slot i, whose value is `from` (0 free, fd + 1 held), made busy (-1) for an open or a close:
+ * 1 done, 0 it held something else, -1 a fork went on for longer than `wait_ns` (0: as long
+ * as it lasts). A fork under way goes first: the slot goes back to `from` while it lasts. The
+ * flag and the slot are seq_cst, as fork_prepare's: either this sees the fork, or the fork sees
+ * the busy slot. Both wait at most FORK_WAIT_NS: the thread may hold a lock that the fork takes
+ * after its handlers (glibc's list of streams, whose flush allocates), and waiting longer would
+ * hang both. Past it an open gives up (the mapping is read instead) and a close closes, which
+ * may leave the child the descriptor: a leak, where waiting on could be a deadlock. */
+static int claim(unsigned i, int from, int64_t wait_ns) {
+  for (int64_t deadline = 0;;) {
+    if (atomic_load(&forking) == 0) { /* never busy while a fork waits: it could copy the slot so */
+      int expected = from;
+      holds_busy = true;
+      if (!atomic_compare_exchange_strong(&tracked[i], &expected, -1)) {
+        holds_busy = false;
+        return 0;
+      }
+      if (atomic_load(&forking) == 0) return 1; /* busy until the caller's release */
+      atomic_store(&tracked[i], from);
+      holds_busy = false;
+    } else if (atomic_load(&tracked[i]) != from) {
+      return 0;
+    }
+    int64_t now = monotonic_ns();
+    if (deadline == 0) deadline = now + wait_ns;
+    if (wait_ns != 0 && now > deadline) return -1;
+    sched_yield();
+  }
+}
+
 static int tracked_open(const char* path, uint64_t ino, uint64_t dev, struct stat* st_out) {
   unsigned slot = TRACKED_MAX;
   for (unsigned i = 0; i < TRACKED_MAX && slot == TRACKED_MAX; i++) {
-    int expected = 0;
-    if (atomic_compare_exchange_strong(&tracked[i], &expected, -1)) slot = i; /* claimed */
+    int claimed = claim(i, 0, FORK_WAIT_NS);
+    if (claimed < 0) return -1;
+    if (claimed > 0) slot = i;
   }
   if (slot == TRACKED_MAX) return -1;
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
@@ -635,23 +679,32 @@ static int tracked_open(const char* path, uint64_t ino, uint64_t dev, struct sta
   if (!ok) {
     if (fd >= 0) close(fd);
     atomic_store(&tracked[slot], 0);
+    holds_busy = false;
     return -1;
   }
   if (st_out != NULL) *st_out = st;
   atomic_store(&tracked[slot], fd + 1);
+  holds_busy = false;
   return fd;
 }
 
 /* Closes fd only if it is still tracked: a fork child has closed the descriptors it inherited
  * (a fork from a signal handler that interrupted a walk resumes that walk in the child), and
- * their numbers may name the child's own files by now. */
+ * their numbers may name the child's own files by now. The slot stays busy until the close is
+ * done, so that a fork never copies a descriptor that no slot names. */
 static void tracked_close(int fd) {
   for (unsigned i = 0; i < TRACKED_MAX; i++) {
-    int expected = fd + 1;
-    if (atomic_compare_exchange_strong(&tracked[i], &expected, 0)) {
+    int claimed = claim(i, fd + 1, FORK_WAIT_NS);
+    if (claimed == 0) continue;
+    if (claimed > 0) {
       close(fd);
-      return;
+      atomic_store(&tracked[i], 0);
+      holds_busy = false;
+    } else { /* a fork past the wait: the number is let go before it is closed, so that no child closes a reuse of it */
+      int expected = fd + 1;
+      if (atomic_compare_exchange_strong(&tracked[i], &expected, 0)) close(fd);
     }
+    return;
   }
 }
 
@@ -716,11 +769,6 @@ static bool object_setup(object_t* o, const uint8_t* hdr, const struct dl_find_o
   return true;
 }
 
-static int64_t monotonic_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* The object entry of hdr, made at its first miss; NULL when another thread's setup took too
  * long or this thread's own is under way (see SETUP_WAIT_NS). */
@@ -887,6 +935,12 @@ static bool cached(const set_t* set, uintptr_t pc, mp_unwind_rule_t* out) {
 }
 
 void mp_unwind_rule(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule_t* out) {
+#ifdef MP_TEST_HOOKS
+  if (mp_test_hook("MP_TEST_UNWIND_NOCACHE")) { /* the fork gate's descriptor check: a file opened per walk */
+    lookup_uncached(walk, pc, out);
+    return;
+  }
+#endif
   if (pc >= CACHE_PC_LIMIT) {
     lookup_uncached(walk, pc, out);
     return;
@@ -908,7 +962,38 @@ void mp_unwind_rule(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule_t* out)
   atomic_flag_clear_explicit(&writer, memory_order_release);
 }
 
+/* An open under way in another thread (its slot claimed, -1, the descriptor not yet stored)
+ * would give the child a descriptor that no slot names and nothing closes. So a fork first says
+ * it is coming (opens and closes that start now wait for it to end), then waits for those
+ * under way, which take microseconds once their thread runs: at most 20 ms, for a thread
+ * descheduled in one, and not at all in a handler that forks from inside this thread's own.
+ * The flag and the slots are seq_cst: an open either sees the fork, or the fork sees its slot. */
+void mp_unwind_fork_prepare(void) {
+#ifdef MP_TEST_HOOKS
+  if (mp_test_hook("MP_TEST_SKIP_OPEN_WAIT")) return; /* the fork gate's control */
+#endif
+  atomic_fetch_add(&forking, 1);
+  if (holds_busy) return;
+  int64_t deadline = 0;
+  for (unsigned i = 0; i < TRACKED_MAX; i++) {
+    while (atomic_load(&tracked[i]) == -1) {
+      int64_t now = monotonic_ns();
+      if (deadline == 0) deadline = now + 20000000;
+      if (now > deadline) return;
+      sched_yield();
+    }
+  }
+}
+
+void mp_unwind_fork_parent(void) {
+#ifdef MP_TEST_HOOKS
+  if (mp_test_hook("MP_TEST_SKIP_OPEN_WAIT")) return;
+#endif
+  atomic_fetch_sub(&forking, 1);
+}
+
 void mp_unwind_child_reinit(void) {
+  atomic_store(&forking, 0); /* the child's only thread is the one that forked */
   for (unsigned i = 0; i < TRACKED_MAX; i++) { /* other threads' walks, gone with their threads */
     int v = atomic_exchange(&tracked[i], 0);
     if (v > 0) close(v - 1);
@@ -938,6 +1023,8 @@ void mp_unwind_rule(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule_t* out)
   out->fp_off = 0;
 }
 void mp_unwind_child_reinit(void) {}
+void mp_unwind_fork_prepare(void) {}
+void mp_unwind_fork_parent(void) {}
 void mp_unwind_walk_end(mp_unwind_walk_t* walk) { (void)walk; }
 void mp_unwind_init(void) {}
 void mp_unwind_prefetch(uintptr_t pc) { (void)pc; }

@@ -3,7 +3,11 @@
  * child must allocate, write a text profile, read it back valid (header, rows that add up to
  * it, its own 1 MiB block, the MAPPED_LIBRARIES trailer), and stop and restart the profiler.
  * Control: the test-hooks build with MP_TEST_SKIP_FORK_HANDLERS=1 (no pthread_atfork
- * handlers: a child inherits table locks held by the allocating threads) is caught. */
+ * handlers: a child inherits table locks held by the allocating threads) is caught.
+ * No child may hold a descriptor of an object's file (the walks open them for their unwind
+ * tables): with every lookup missing the cache (MP_TEST_UNWIND_NOCACHE=1: a file opened on
+ * every walk) none does; its control, without the fork's wait for opens under way
+ * (MP_TEST_SKIP_OPEN_WAIT=1), is caught. */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
@@ -18,9 +22,10 @@ interface Verdict {
   report: string[];
 }
 
-function forkGate(libDir: string, env: Record<string, string> = {}, opts: { stopAtFirst?: boolean; childTimeoutMs?: number } = {}): Verdict {
+function forkGate(libDir: string, env: Record<string, string> = {}, opts: { stopAtFirst?: boolean; childTimeoutMs?: number; forks?: number } = {}): Verdict {
   const bin = cFixture('forks', libDir);
-  const args = [String(FORKS), fastTempDir('mpp-fork-'), String(opts.childTimeoutMs ?? CHILD_TIMEOUT_MS)];
+  const forks = opts.forks ?? FORKS;
+  const args = [String(forks), fastTempDir('mpp-fork-'), String(opts.childTimeoutMs ?? CHILD_TIMEOUT_MS)];
   if (opts.stopAtFirst) args.push('stop-at-first');
   const r = runUnder(libDir, bin, args, env, 240_000);
   const out = new KV(r.stdout);
@@ -35,7 +40,7 @@ function forkGate(libDir: string, env: Record<string, string> = {}, opts: { stop
     ...failures,
   ];
   if (out.num('hung') + out.num('failed') > 0 && failures.length === 0) failures.push(report[0]!);
-  if (!opts.stopAtFirst && out.num('done') !== FORKS) failures.push(`fork: only ${out.num('done')} of ${FORKS} forks ran`);
+  if (!opts.stopAtFirst && out.num('done') !== forks) failures.push(`fork: only ${out.num('done')} of ${forks} forks ran`);
   return { failures, report };
 }
 
@@ -53,4 +58,18 @@ test('positive control: with the fork handlers disabled (MP_TEST_SKIP_FORK_HANDL
   const { failures } = forkGate(hooks, { MP_TEST_SKIP_FORK_HANDLERS: '1' }, { stopAtFirst: true, childTimeoutMs: 2000 });
   for (const line of failures) t.diagnostic(`control caught: ${line}`);
   assert.ok(failures.some((f) => / child (hung|killed by signal|exit status)/.test(f)), `the fork gate passed without fork handlers: ${failures.join('; ')}`);
+});
+
+const INHERITED = / child exit status 22/; // forks.c: the child held a descriptor of an object's file
+
+test('no child inherits a descriptor the walks opened, with a file opened on every walk (MP_TEST_UNWIND_NOCACHE=1)', (t) => {
+  const { failures, report } = forkGate(buildTestHooks(), { MP_TEST_UNWIND_NOCACHE: '1' }, { forks: 200 });
+  for (const line of report) t.diagnostic(line);
+  assert.deepEqual(failures, []);
+});
+
+test('positive control: without the fork\'s wait for opens under way (MP_TEST_SKIP_OPEN_WAIT=1) a child inherits one', (t) => {
+  const { failures } = forkGate(buildTestHooks(), { MP_TEST_UNWIND_NOCACHE: '1', MP_TEST_SKIP_OPEN_WAIT: '1' }, { forks: 200 });
+  for (const line of failures.slice(0, 3)) t.diagnostic(`control caught: ${line}`);
+  assert.ok(failures.some((f) => INHERITED.test(f)), `no child held a descriptor: ${failures.join('; ')}`);
 });
