@@ -111,6 +111,10 @@ void mp_write_stderr(const char* msg);              /* "mimalloc-pprof: " prefix
  * version: 2 the current one (`size_now` bytes), 1 the one without the version-2 fields
  * (`size_v1`), 0 anything else (errno EINVAL). */
 unsigned mp_struct_version(const void* s, size_t size_now, size_t size_v1);
+int64_t mp_monotonic_ns(void); /* CLOCK_MONOTONIC */
+/* One turn of a bounded wait: yields and returns true while the wait, which began at its first
+ * turn (*deadline 0 then; a caller may set an earlier deadline), has not passed it. */
+bool mp_wait_turn(int64_t* deadline, int64_t limit_ns);
 void mp_warnf2(const char* a, const char* b, const char* c); /* concatenation, one line */
 /* Expands "%p" to the pid into out (cap bytes). False if it does not fit. */
 bool mp_expand_path(const char* path, char* out, size_t cap);
@@ -372,6 +376,7 @@ typedef struct mp_bucket_s {
   uint64_t hash;
   size_t size;              /* requested bytes of every sample in this bucket */
   int64_t estimate;         /* a live sample's share of the estimate, size * w (table.c estimate_of) */
+  size_t rounding;          /* what a rounded sample holds beyond its request (mp_rounding_extra) */
   uint64_t live;            /* sampled, live */
   uint64_t allocs;          /* sampled, since start or reset */
   uint64_t peak;            /* sampled, live when the last peak snapshot was taken */

@@ -435,11 +435,7 @@ static void learn(void* mutex) {
 #include <unistd.h>
 static int timing = -1;
 static atomic_ullong timed_ns, timed_items;
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
+static uint64_t now_ns(void) { return (uint64_t)mp_monotonic_ns(); }
 __attribute__((destructor)) static void timing_report(void) {
   if (timing != 1) return;
   /* the cost of one clock reading, measured here: not the watch's */

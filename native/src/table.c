@@ -132,16 +132,22 @@ static int64_t estimate_of(size_t size) {
   return (int64_t)((double)size * mp_weight((double)size, (double)mp_state.interval) + 0.5);
 }
 
-/* ---- buckets ----------------------------------------------------------------------------- */
-/* Under the shard lock: the index goes (the static first one is left empty). */
-static void index_release(bucket_shard_t* s) {
-  if (s->index_cap == BUCKET_INDEX_FIRST) memset(s->index, 0, BUCKET_INDEX_FIRST * sizeof(*s->index));
-  else mp_os_free(s->index, s->index_cap * sizeof(*s->index));
+/* ---- a shard's array: `first` elements in a static array, then a page's worth, then twice
+ * as many at each growth ------------------------------------------------------------------- */
+static size_t array_next_cap(size_t cap, size_t first, size_t page) { return cap == 0 ? first : cap == first ? page : cap * 2; }
+static void* array_get(size_t cap, size_t first, void* first_array, size_t elem) {
+  return cap == first ? first_array : mp_os_alloc(cap * elem);
+}
+/* The static first array is left empty for the shard's next start. */
+static void array_put(void* a, size_t cap, size_t first, size_t elem) {
+  if (cap == first) memset(a, 0, first * elem);
+  else mp_os_free(a, cap * elem);
 }
 
+/* ---- buckets ----------------------------------------------------------------------------- */
 static bool bucket_index_grow(bucket_shard_t* s) {
-  size_t cap = s->index_cap == 0 ? BUCKET_INDEX_FIRST : s->index_cap == BUCKET_INDEX_FIRST ? BUCKET_INDEX_PAGE : s->index_cap * 2;
-  mp_bucket_t** index = cap == BUCKET_INDEX_FIRST ? index_first[s - bshards] : mp_os_alloc(cap * sizeof(*index));
+  size_t cap = array_next_cap(s->index_cap, BUCKET_INDEX_FIRST, BUCKET_INDEX_PAGE);
+  mp_bucket_t** index = array_get(cap, BUCKET_INDEX_FIRST, index_first[s - bshards], sizeof(*index));
   if (index == NULL) return s->index_cap != 0; /* keep chaining in the old index */
   for (size_t i = 0; i < s->index_cap; i++) {
     mp_bucket_t* b = s->index[i];
@@ -153,7 +159,7 @@ static bool bucket_index_grow(bucket_shard_t* s) {
       b = next;
     }
   }
-  if (s->index_cap != 0) index_release(s);
+  if (s->index_cap != 0) array_put(s->index, s->index_cap, BUCKET_INDEX_FIRST, sizeof(*index));
   s->index = index;
   s->index_cap = cap;
   return true;
@@ -187,6 +193,7 @@ static mp_bucket_t* bucket_get(bucket_shard_t* s, uint64_t h, size_t size, const
   b->hash = h;
   b->size = size;
   b->estimate = estimate_of(size); /* once per bucket: the interval is fixed until the stop clears it */
+  b->rounding = mp_rounding_extra(size);
   b->depth = depth;
   b->tid = tid;
   memcpy(b->thread, thread, sizeof(b->thread));
@@ -214,15 +221,9 @@ static size_t record_home(uintptr_t addr, size_t cap) { return mix(addr) & (cap 
 
 static record_t record_first[RSHARDS][RECORD_CAP_FIRST];
 
-/* Under the shard lock: the slots go (the static first ones are left empty). */
-static void slots_release(record_shard_t* s) {
-  if (s->cap == RECORD_CAP_FIRST) memset(s->slots, 0, RECORD_CAP_FIRST * sizeof(record_t));
-  else mp_os_free(s->slots, s->cap * sizeof(record_t));
-}
-
 static bool record_grow(record_shard_t* s) {
-  size_t cap = s->cap == 0 ? RECORD_CAP_FIRST : s->cap == RECORD_CAP_FIRST ? RECORD_CAP_PAGE : s->cap * 2;
-  record_t* slots = cap == RECORD_CAP_FIRST ? record_first[s - rshards] : mp_os_alloc(cap * sizeof(record_t));
+  size_t cap = array_next_cap(s->cap, RECORD_CAP_FIRST, RECORD_CAP_PAGE);
+  record_t* slots = array_get(cap, RECORD_CAP_FIRST, record_first[s - rshards], sizeof(record_t));
   if (slots == NULL) return false;
   for (size_t i = 0; i < s->cap; i++) {
     if (s->slots[i].addr == 0) continue;
@@ -230,7 +231,7 @@ static bool record_grow(record_shard_t* s) {
     while (slots[j].addr != 0) j = (j + 1) & (cap - 1);
     slots[j] = s->slots[i];
   }
-  if (s->cap != 0) slots_release(s);
+  if (s->cap != 0) array_put(s->slots, s->cap, RECORD_CAP_FIRST, sizeof(record_t));
   s->slots = slots;
   s->cap = cap;
   return true;
@@ -267,7 +268,7 @@ void mp_table_init(void) {
   mp_prewrite(record_first, sizeof(record_first));
   mp_prewrite(index_first, sizeof(index_first));
 #ifdef MP_TEST_HOOKS
-  /* the memory gate's control (test/native/unwind.test.ts): 1 MiB more, resident and kept */
+  /* the memory gate's control (test/native/footprint.test.ts): 1 MiB more, resident and kept */
   if (mp_test_hook("MP_TEST_BALLAST")) (void)mp_os_alloc((size_t)1 << 20);
 #endif
 }
@@ -380,10 +381,10 @@ void mp_table_peak(mp_peak_t* peak) {
   peak->rounding = atomic_load(&peak_rounding);
 }
 
-/* Under rs->lock: a live record of `size` came (+1) or went (-1), rounded or not. */
-static void rounding_change(record_shard_t* rs, size_t size, bool rounded, int sign) {
+/* Under rs->lock: a live record of b came (+1) or went (-1), rounded or not. */
+static void rounding_change(record_shard_t* rs, const mp_bucket_t* b, bool rounded, int sign) {
   if (!rounded) return;
-  size_t extra = mp_rounding_extra(size);
+  size_t extra = b->rounding;
   mp_assert(sign > 0 || rs->rounding >= extra);
   __atomic_store_n(&rs->rounding, sign > 0 ? rs->rounding + extra : rs->rounding - extra, __ATOMIC_RELAXED);
 }
@@ -436,9 +437,8 @@ int mp_table_add(uintptr_t p, size_t size, bool rounded, const uintptr_t* frames
   bool ok = true, peaked = false;
   size_t j = record_find(rs, p);
   if (j < rs->cap) { /* a record whose free was never seen (freed behind our back) */
-    mp_recorded_t old = rec_of(&rs->slots[j]);
-    rounding_change(rs, old.size, old.rounded, -1);
-    rounding_change(rs, size, rounded, +1);
+    rounding_change(rs, rec_bucket(&rs->slots[j]), rec_of(&rs->slots[j]).rounded, -1);
+    rounding_change(rs, b, rounded, +1);
     (void)est_change(rs, -rec_bucket(&rs->slots[j])->estimate);
     bucket_release_live(rec_bucket(&rs->slots[j]));
     rs->slots[j].tagged = rec_tag(b, rounded);
@@ -452,7 +452,7 @@ int mp_table_add(uintptr_t p, size_t size, bool rounded, const uintptr_t* frames
     rs->slots[j].tagged = rec_tag(b, rounded);
     __atomic_store_n(count_of(rs), *count_of(rs) + 1, __ATOMIC_RELAXED);
     hint_add(p, 1);
-    rounding_change(rs, size, rounded, +1);
+    rounding_change(rs, b, rounded, +1);
   }
   if (ok) peaked = est_change(rs, b->estimate);
   mp_unlock(&rs->lock);
@@ -472,7 +472,7 @@ static mp_recorded_t record_take(uintptr_t p, bool remove) {
     r = rec_of(&rs->slots[j]);
     if (remove) {
       record_delete(rs, j);
-      rounding_change(rs, r.size, r.rounded, -1);
+      rounding_change(rs, b, r.rounded, -1);
       (void)est_change(rs, -b->estimate);
       bucket_release_live(b);
     }
@@ -497,7 +497,7 @@ int64_t mp_table_clear(bool with_whole) {
       if (with_whole) whole += (int64_t)mp_unrecorded_extra(p, rec_of(&rs->slots[j]));
       hint_add(rs->slots[j].addr, -1); /* under the lock, as record_delete: never below the records */
     }
-    if (rs->cap != 0) slots_release(rs);
+    if (rs->cap != 0) array_put(rs->slots, rs->cap, RECORD_CAP_FIRST, sizeof(record_t));
     rs->slots = NULL;
     rs->cap = 0;
     __atomic_store_n(count_of(rs), 0, __ATOMIC_RELAXED);
@@ -508,7 +508,7 @@ int64_t mp_table_clear(bool with_whole) {
   for (unsigned i = 0; i < SHARDS; i++) {
     bucket_shard_t* bs = &bshards[i];
     mp_lock(&bs->lock);
-    if (bs->index_cap != 0) index_release(bs);
+    if (bs->index_cap != 0) array_put(bs->index, bs->index_cap, BUCKET_INDEX_FIRST, sizeof(mp_bucket_t*));
     bs->index = NULL;
     bs->index_cap = bs->count = 0;
     memset(bs->spare, 0, sizeof(bs->spare));
@@ -588,7 +588,7 @@ void mp_table_check(void) {
       }
     mp_assert(count == bs->count);
   }
-  uint64_t records = 0, hinted = 0, counted = 0; /* counted: the records whose hashed count is not stuck */
+  uint64_t hinted = 0, counted = 0; /* counted: the records whose hashed count is not stuck */
   for (unsigned k = 0; k < MP_RECORD_HINTS; k++) {
     uint8_t v = __atomic_load_n(&mp_record_hints[k], __ATOMIC_RELAXED);
     if (v != MP_HINT_STUCK) hinted += v;
@@ -608,7 +608,6 @@ void mp_table_check(void) {
       rec_bucket(&rs->slots[j])->refs++;
     }
     mp_assert(count == *count_of(rs) && (rs->cap == 0 || 2 * count <= rs->cap));
-    records += count;
   }
   mp_assert(hinted == counted); /* every lock is held: no add or removal is between its two steps */
   for (unsigned i = 0; i < SHARDS; i++)

@@ -607,25 +607,20 @@ static atomic_int forking;
 /* This thread holds a busy slot (a fork from a signal handler inside it must not wait for it). */
 static __thread bool holds_busy __attribute__((tls_model("initial-exec")));
 
-static int64_t monotonic_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* Opened without blocking (a path that became a FIFO, a terminal) and only if it is a regular
  * file on a local filesystem: on NFS every open asks the server, and a hung mount would hang
  * malloc, where the mapping needs only the page cache. With `ino`/`dev` nonzero, only if it is
  * still that file (a library replaced by an upgrade, a relative path after a chdir). */
 /* Slot i, whose value is `from` (0 free, fd + 1 held), made busy (-1) for an open or a close:
- * 1 done, 0 it held something else, -1 a fork went on for longer than `wait_ns` (0: as long
- * as it lasts). A fork under way goes first: the slot goes back to `from` while it lasts. The
+ * 1 done, 0 it held something else, -1 a fork went on for longer than FORK_WAIT_NS. A fork
+ * under way goes first: the slot goes back to `from` while it lasts. The
  * flag and the slot are seq_cst, as fork_prepare's: either this sees the fork, or the fork sees
  * the busy slot. Both wait at most FORK_WAIT_NS: the thread may hold a lock that the fork takes
  * after its handlers (glibc's list of streams, whose flush allocates), and waiting longer would
  * hang both. Past it an open gives up (the mapping is read instead) and a close closes, which
  * may leave the child the descriptor: a leak, where waiting on could be a deadlock. */
-static int claim(unsigned i, int from, int64_t wait_ns) {
+static int claim(unsigned i, int from) {
   for (int64_t deadline = 0;;) {
     if (atomic_load(&forking) == 0) { /* never busy while a fork waits: it could copy the slot so */
       int expected = from;
@@ -640,17 +635,14 @@ static int claim(unsigned i, int from, int64_t wait_ns) {
     } else if (atomic_load(&tracked[i]) != from) {
       return 0;
     }
-    int64_t now = monotonic_ns();
-    if (deadline == 0) deadline = now + wait_ns;
-    if (wait_ns != 0 && now > deadline) return -1;
-    sched_yield();
+    if (!mp_wait_turn(&deadline, FORK_WAIT_NS)) return -1;
   }
 }
 
 static int tracked_open(const char* path, uint64_t ino, uint64_t dev, struct stat* st_out) {
   unsigned slot = TRACKED_MAX;
   for (unsigned i = 0; i < TRACKED_MAX && slot == TRACKED_MAX; i++) {
-    int claimed = claim(i, 0, FORK_WAIT_NS);
+    int claimed = claim(i, 0);
     if (claimed < 0) return -1;
     if (claimed > 0) slot = i;
   }
@@ -694,7 +686,7 @@ static int tracked_open(const char* path, uint64_t ino, uint64_t dev, struct sta
  * done, so that a fork never copies a descriptor that no slot names. */
 static void tracked_close(int fd) {
   for (unsigned i = 0; i < TRACKED_MAX; i++) {
-    int claimed = claim(i, fd + 1, FORK_WAIT_NS);
+    int claimed = claim(i, fd + 1);
     if (claimed == 0) continue;
     if (claimed > 0) {
       close(fd);
@@ -787,13 +779,11 @@ static const object_t* object_of(const uint8_t* hdr, const struct dl_find_object
       __builtin_ia32_pause();
       continue;
     }
-    int64_t now = monotonic_ns(), began = atomic_load_explicit(&objects_setup_ns, memory_order_relaxed);
-    if (deadline == 0) deadline = now + SETUP_WAIT_NS; /* a setup between its start and its clock */
-    if (began != 0 && began + SETUP_WAIT_NS < deadline) deadline = began + SETUP_WAIT_NS;
-    if (now > deadline) return NULL;
-    sched_yield();
+    int64_t began = atomic_load_explicit(&objects_setup_ns, memory_order_relaxed); /* 0: between its start and its clock */
+    if (began != 0 && (deadline == 0 || began + SETUP_WAIT_NS < deadline)) deadline = began + SETUP_WAIT_NS;
+    if (!mp_wait_turn(&deadline, SETUP_WAIT_NS)) return NULL;
   }
-  atomic_store_explicit(&objects_setup_ns, monotonic_ns(), memory_order_relaxed);
+  atomic_store_explicit(&objects_setup_ns, mp_monotonic_ns(), memory_order_relaxed);
   object_t* o = NULL;
   unsigned n = atomic_load_explicit(&objects_n, memory_order_relaxed);
   for (unsigned i = 0; i < n && o == NULL; i++)
@@ -975,14 +965,9 @@ void mp_unwind_fork_prepare(void) {
   atomic_fetch_add(&forking, 1);
   if (holds_busy) return;
   int64_t deadline = 0;
-  for (unsigned i = 0; i < TRACKED_MAX; i++) {
-    while (atomic_load(&tracked[i]) == -1) {
-      int64_t now = monotonic_ns();
-      if (deadline == 0) deadline = now + 20000000;
-      if (now > deadline) return;
-      sched_yield();
-    }
-  }
+  for (unsigned i = 0; i < TRACKED_MAX; i++)
+    while (atomic_load(&tracked[i]) == -1)
+      if (!mp_wait_turn(&deadline, 20000000)) return;
 }
 
 void mp_unwind_fork_parent(void) {

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -253,4 +254,18 @@ unsigned mp_struct_version(const void* s, size_t size_now, size_t size_v1) {
   unsigned version = s == NULL ? 0 : head[0] == size_now && head[1] == 2 ? 2 : head[0] == size_v1 && head[1] == 1 ? 1 : 0;
   if (version == 0) errno = EINVAL;
   return version;
+}
+
+int64_t mp_monotonic_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+bool mp_wait_turn(int64_t* deadline, int64_t limit_ns) {
+  int64_t now = mp_monotonic_ns();
+  if (*deadline == 0) *deadline = now + limit_ns;
+  if (now > *deadline) return false;
+  sched_yield();
+  return true;
 }
