@@ -2,16 +2,22 @@
 // What profiling costs a Node process, against what jemalloc's profiler costs it, measured in
 // the same paired run (see bench/README.md).
 //
-//   node bench/node-profiler.mjs [--blocks 40] [--pairs 20] [--json] [--write] [--quick]
+//   node bench/node-profiler.mjs [--blocks 40] [--pairs 20] [--design pinned|plain] [--json] [--write] [--quick]
 //
 // Figures:
-//  - wall time, CPU time and peak RSS of bench/fixtures/node-mix.cjs 40 under four arms run by
+//  - wall time, CPU time and peak RSS of bench/fixtures/node-mix.cjs 40 under six arms run by
 //    `mimalloc-pprof compare` (each block runs every arm once, in a fresh random order): the
-//    library stopped, the library profiling at the default 512 KiB interval, jemalloc, and
-//    jemalloc with its profiler at the same mean interval (prof:true,lg_prof_sample:19, no
-//    dump). Per block, ours = profiling / stopped, jemalloc's = with / without its profiler,
-//    and ours over jemalloc's; each the median over blocks with a 95 % bootstrap interval
-//    (10 000 resamples of whole blocks);
+//    library stopped, profiling at the default 512 KiB interval, and profiling at a 1 TiB one
+//    (its entry points watch, no sample is taken); jemalloc, and jemalloc with its profiler at
+//    the same mean interval (prof:true,lg_prof_sample:19, no dump) and at 2^40 bytes. Per
+//    block, ours = profiling / stopped, jemalloc's = with / without its profiler, and ours over
+//    jemalloc's; each the median over blocks with a 95 % bootstrap interval (10 000 resamples
+//    of whole blocks). The 1 TiB arms split each cost into its entry points' part and its
+//    samples' part;
+//  - the design: `pinned` (the default on two or more CPUs) runs every arm on the last CPU
+//    (compare under taskset) with `node --single-threaded` (no V8 platform threads: collections and
+//    compilation on the main thread), which halves the spread of the per-block ratios on a
+//    shared 2-vCPU machine; `plain` runs node as it comes, on every CPU;
 //  - where the extra peak RSS goes: --pairs interleaved pairs of bench/fixtures/node-mix-status.cjs
 //    (the same workload, reading /proc/self/status at exit), stopped and profiling: the paired
 //    differences of peak RSS (VmHWM), of its file-backed part and of the rest, against the
@@ -37,6 +43,7 @@ const { values } = parseArgs({
     quick: { type: 'boolean', default: false },
     json: { type: 'boolean', default: false },
     write: { type: 'boolean', default: false },
+    design: { type: 'string' },
   },
 });
 const blocks = values.quick ? 2 : Number(values.blocks);
@@ -44,6 +51,10 @@ const pairs = values.quick ? 2 : Number(values.pairs);
 const rounds = values.quick ? '2' : '40';
 if (!(blocks >= 2) || !(pairs >= 2)) die('--blocks and --pairs must be at least 2');
 if (values.write && values.quick) die('--write records full runs only; drop --quick');
+const taskset = spawnSync('taskset', ['-c', '0', 'true']).status === 0;
+const design = values.design ?? (cpus().length >= 2 && taskset ? 'pinned' : 'plain');
+if (design !== 'pinned' && design !== 'plain') die(`--design is pinned or plain, not ${design}`);
+if (design === 'pinned' && !taskset) die('--design pinned needs taskset (util-linux)');
 const lib = join(root, 'build', 'libmimalloc-pprof.so');
 const cli = join(root, 'dist', 'src', 'cli', 'bin.js');
 const work = mkdtempSync(join(tmpdir(), 'mpp-bench-node-profiler-'));
@@ -66,28 +77,44 @@ function estimate(xs) {
 }
 const ratio = (e) => ({ median: Math.exp(e.median), lo: Math.exp(e.lo), hi: Math.exp(e.hi) });
 
-// ---- the four arms, paired --------------------------------------------------------------------
-note(`bench/node-profiler: ${blocks} blocks of 4 arms (node-mix.cjs ${rounds})…`);
+// ---- the six arms, paired --------------------------------------------------------------------
+const fixture = join(root, 'bench', 'fixtures', 'node-mix.cjs');
+// Pinned, compare itself runs under taskset and its runs inherit the CPU: a taskset in the
+// command would start under each arm's preload too.
+const pin = design === 'pinned' ? ['taskset', '-c', String(cpus().length - 1)] : [];
+const command = design === 'pinned' ? [process.execPath, '--single-threaded', fixture, rounds] : [process.execPath, fixture, rounds];
+note(`bench/node-profiler: ${blocks} blocks of 6 arms (node-mix.cjs ${rounds}, ${design})…`);
 const jsonOut = join(work, 'compare.json');
-const cmp = spawnSync(process.execPath, [cli, 'compare',
-  '--allocators', 'stopped=mimalloc-pprof,profiling=mimalloc-pprof-profiling,jemalloc,jeprof=jemalloc',
-  '--env', 'jeprof:MALLOC_CONF=prof:true,lg_prof_sample:19', '--baseline', 'stopped',
-  '--blocks', String(blocks), '--seed', '20261203', '--counts', 'off', '--quiet', '--json', jsonOut,
-  '--', process.execPath, join(root, 'bench', 'fixtures', 'node-mix.cjs'), rounds], { encoding: 'utf8' });
+const cmp = spawnSync(pin[0] ?? process.execPath, [...pin.slice(1), ...(pin.length ? [process.execPath] : []), cli, 'compare',
+  '--allocators', 'stopped=mimalloc-pprof,profiling=mimalloc-pprof-profiling,idle=mimalloc-pprof-profiling,jemalloc,jeprof=jemalloc,jeidle=jemalloc',
+  '--env', 'idle:MIMALLOC_PROF_SAMPLE_INTERVAL=1024g',
+  '--env', 'jeprof:MALLOC_CONF=prof:true,lg_prof_sample:19', '--env', 'jeidle:MALLOC_CONF=prof:true,lg_prof_sample:40',
+  '--baseline', 'stopped', '--blocks', String(blocks), '--seed', '20261203', '--counts', 'off', '--quiet', '--json', jsonOut,
+  '--', ...command], { encoding: 'utf8' });
 if (cmp.status !== 0) die(`compare failed (${cmp.status}): ${cmp.stderr || cmp.stdout}`);
 const runs = JSON.parse(readFileSync(jsonOut, 'utf8')).runs;
 const byBlock = new Map();
 for (const r of runs) if (r.ok && r.block > 0) byBlock.set(r.block, { ...byBlock.get(r.block), [r.arm]: r.m });
-const complete = [...byBlock.values()].filter((b) => b.stopped && b.profiling && b.jemalloc && b.jeprof);
+const ARMS = ['stopped', 'profiling', 'idle', 'jemalloc', 'jeprof', 'jeidle'];
+const complete = [...byBlock.values()].filter((b) => ARMS.every((a) => b[a] !== undefined));
 if (complete.length < 2) die('jemalloc is not installed, or too few blocks completed (npm test\'s set-up installs it)');
+const logRatio = (key, a, b) => complete.map((x) => Math.log(x[a][key] / x[b][key]));
 const costs = {};
+const split = {};
 for (const [key, name] of [['wallS', 'wall'], ['cpuS', 'cpu'], ['maxrssBytes', 'peakRss']]) {
-  const ours = complete.map((b) => Math.log(b.profiling[key] / b.stopped[key]));
-  const theirs = complete.map((b) => Math.log(b.jeprof[key] / b.jemalloc[key]));
+  const ours = logRatio(key, 'profiling', 'stopped');
+  const theirs = logRatio(key, 'jeprof', 'jemalloc');
   costs[name] = {
     ours: ratio(estimate(ours)),
     jemallocProfiler: ratio(estimate(theirs)),
     oursOverJemalloc: ratio(estimate(ours.map((x, i) => x - theirs[i]))),
+  };
+  if (name === 'peakRss') continue;
+  split[name] = {
+    oursEntryPoints: ratio(estimate(logRatio(key, 'idle', 'stopped'))),
+    oursSamples: ratio(estimate(logRatio(key, 'profiling', 'idle'))),
+    jemallocEntryPoints: ratio(estimate(logRatio(key, 'jeidle', 'jemalloc'))),
+    jemallocSamples: ratio(estimate(logRatio(key, 'jeprof', 'jeidle'))),
   };
 }
 
@@ -141,7 +168,7 @@ const addedKiB = rss.profilerResidentKiB.median + rss.roundingAtPeakKiB.median +
 rss.addedByConstructionKiB = addedKiB;
 rss.addedShareOfLiveHeap = addedKiB / rss.liveHeapAtPeakKiB.median;
 
-const result = { date: new Date().toISOString().slice(0, 10), blocks: complete.length, rounds: Number(rounds), costs, rss, cpu: cpus()[0]?.model ?? '?', node: process.version };
+const result = { date: new Date().toISOString().slice(0, 10), blocks: complete.length, rounds: Number(rounds), design, costs, split, rss, cpu: cpus()[0]?.model ?? '?', node: process.version };
 if (values.json) {
   console.log(JSON.stringify(result, null, 2));
   process.exit(0);
@@ -153,13 +180,20 @@ const kb = (kib) => `${kib.toFixed(0)} KiB`;
 const mbi = (e) => `${e.median >= 0 ? '+' : ''}${mb(e.median)} [${mb(e.lo)}, ${mb(e.hi)}]`;
 const live = rss.liveHeapAtPeakKiB;
 const lines = [
-  `Measured ${result.date} with \`node bench/node-profiler.mjs --write\` (${result.blocks} paired blocks of \`node bench/fixtures/node-mix.cjs ${rounds}\`, ${pairs} status pairs); ${result.cpu.replace(/\s+/g, ' ').trim()}, ${cpus().length} cores, Node ${result.node}. Each cell: the median over blocks of the per-block ratio, with its 95 % bootstrap interval.`,
+  `Measured ${result.date} with \`node bench/node-profiler.mjs${blocks === 40 ? '' : ` --blocks ${blocks}`}${values.design ? ` --design ${design}` : ''} --write\` (${result.blocks} paired blocks of \`node${design === 'pinned' ? ' --single-threaded' : ''} bench/fixtures/node-mix.cjs ${rounds}\`${design === 'pinned' ? `, every run on CPU ${cpus().length - 1}` : ''}, ${pairs} status pairs); ${result.cpu.replace(/\s+/g, ' ').trim()}, ${cpus().length} cores, Node ${result.node}. Each cell: the median over blocks of the per-block ratio, with its 95 % bootstrap interval.`,
   '',
   '| | ours (profiling / stopped) | jemalloc\'s profiler (with / without) | ours over jemalloc\'s |',
   '|---|---:|---:|---:|',
   `| wall time | ${x(costs.wall.ours)} | ${x(costs.wall.jemallocProfiler)} | ${x(costs.wall.oursOverJemalloc)} |`,
   `| CPU time | ${x(costs.cpu.ours)} | ${x(costs.cpu.jemallocProfiler)} | ${x(costs.cpu.oursOverJemalloc)} |`,
   `| peak RSS | ${x(costs.peakRss.ours)} | ${x(costs.peakRss.jemallocProfiler)} | ${x(costs.peakRss.oursOverJemalloc)} |`,
+  '',
+  'Each profiler\'s cost in two parts, from the arms that profile at a 1 TiB mean interval (2^40 bytes for jemalloc), so that the entry points watch and no sample is taken:',
+  '',
+  '| | ours: entry points (1 TiB / stopped) | ours: samples (512 KiB / 1 TiB) | jemalloc\'s: entry points | jemalloc\'s: samples |',
+  '|---|---:|---:|---:|---:|',
+  `| wall time | ${x(split.wall.oursEntryPoints)} | ${x(split.wall.oursSamples)} | ${x(split.wall.jemallocEntryPoints)} | ${x(split.wall.jemallocSamples)} |`,
+  `| CPU time | ${x(split.cpu.oursEntryPoints)} | ${x(split.cpu.oursSamples)} | ${x(split.cpu.jemallocEntryPoints)} | ${x(split.cpu.jemallocSamples)} |`,
   '',
   `Peak RSS added by profiling, from ${pairs} interleaved pairs (median of the pairs' differences, 95 % bootstrap interval): **${mbi(rss.peakKiB)}** in all; file-backed pages ${mbi(rss.fileKiB)}; the rest ${mbi(rss.restKiB)}. The profile's estimate of the live heap at its peak: ${mb(live.median)} (${mb(live.min)}–${mb(live.max)}), so 2 % of it is ${mb(live.median * 0.02)}.`,
   '',

@@ -41,18 +41,31 @@
 
 #if defined(MP_JUMP_SLOT) && defined(__GLIBC__) && !defined(MP_SANITIZE) && UINTPTR_MAX > 0xffffffffu
 
+_Static_assert(MP_DIRECT_MAX <= 32, "a name is a bit of a 32-bit mask");
+
 typedef struct bind_walk_s {
   const mp_direct_t* names;
   size_t count;
+  /* The names whose first three bytes hash to each bucket: most of an object's PLT names
+   * (node's thousands) meet no name here, without a strcmp. */
+  uint32_t by_prefix[256];
   const void* const* global; /* dlsym(RTLD_DEFAULT, name) of each name, looked up beforehand */
   bool watching;
   uintptr_t self; /* this library's load address: its own slots are left alone */
   size_t rewritten;
 } bind_walk_t;
 
+static unsigned prefix_bucket(const char* name) {
+  unsigned h = (unsigned char)name[0];
+  if (name[0] != 0 && name[1] != 0) h = h * 31u + (unsigned char)name[1] * 7u + (unsigned char)name[2];
+  return h & 255u;
+}
+
 static ptrdiff_t find_name(const bind_walk_t* w, const char* name) {
-  for (size_t i = 0; i < w->count; i++)
+  for (uint32_t m = w->by_prefix[prefix_bucket(name)]; m != 0; m &= m - 1) {
+    unsigned i = (unsigned)__builtin_ctz(m);
     if (strcmp(w->names[i].name, name) == 0) return (ptrdiff_t)i;
+  }
   return -1;
 }
 
@@ -148,7 +161,8 @@ size_t mp_bind_direct(const mp_direct_t* names, size_t count, bool watching) {
    * dl_iterate_phdr (its write lock held) that is the reverse of dlopen's order. */
   for (size_t i = 0; i < count && watching; i++) global[i] = dlsym(RTLD_DEFAULT, names[i].name);
   if (count <= MP_DIRECT_MAX && dladdr((void*)mp_bind_direct, &self) != 0) {
-    bind_walk_t w = {names, count, global, watching, (uintptr_t)self.dli_fbase, 0};
+    bind_walk_t w = {.names = names, .count = count, .global = global, .watching = watching, .self = (uintptr_t)self.dli_fbase};
+    for (size_t i = 0; i < count; i++) w.by_prefix[prefix_bucket(names[i].name)] |= 1u << i;
     dl_iterate_phdr(bind_object, &w);
     rewritten = w.rewritten;
   }

@@ -111,15 +111,20 @@ static void on_thread_exit(void* value) {
  * lost store shows as a countdown that is neither 0 (ours, untouched) nor above 2^62 (ours,
  * borrowed: the owner is on its way to the slow path) while the thread's epoch is still
  * old; such a thread is stored again. Called with the lifecycle lock held, so the epoch
- * does not move meanwhile. */
+ * does not move meanwhile. With no other thread registered (a start from the load constructor)
+ * there is nothing to wait for. */
 void mp_threads_resync(uint32_t epoch) {
   mp_assert(mp_tls.in_profiler);
 #ifdef MP_TEST_HOOKS
   if (mp_test_hook("MP_TEST_SKIP_RESYNC")) return; /* the restart tests' control */
 #endif
   mp_lock(&registry_lock);
-  for (mp_thread_t* t = registry; t != NULL; t = t->next) __atomic_store_n(&t->countdown, 0, __ATOMIC_RELAXED);
-  for (int round = 0; round < 8; round++) {
+  bool others = false; /* the caller's own store cannot land inside its own instruction */
+  for (mp_thread_t* t = registry; t != NULL; t = t->next) {
+    __atomic_store_n(&t->countdown, 0, __ATOMIC_RELAXED);
+    others = others || t != &mp_tls;
+  }
+  for (int round = 0; round < 8 && others; round++) {
     struct timespec pause = {0, 20000};
     nanosleep(&pause, NULL);
     bool again = false;
