@@ -14,8 +14,8 @@
 //    jemalloc's; each the median over blocks with a 95 % bootstrap interval (10 000 resamples
 //    of whole blocks). The 1 TiB arms split each cost into its entry points' part and its
 //    samples' part;
-//  - the design: `pinned` (the default on two or more CPUs) runs every arm on the last CPU
-//    (compare under taskset) with `node --single-threaded` (no V8 platform threads: collections and
+//  - the design: `pinned` (the default where two or more CPUs are allowed) runs every arm on
+//    the last allowed CPU (compare under taskset) with `node --single-threaded` (no V8 platform threads: collections and
 //    compilation on the main thread), which halves the spread of the per-block ratios on a
 //    shared 2-vCPU machine; `plain` runs node as it comes, on every CPU;
 //  - where the extra peak RSS goes: --pairs interleaved pairs of bench/fixtures/node-mix-status.cjs
@@ -51,8 +51,18 @@ const pairs = values.quick ? 2 : Number(values.pairs);
 const rounds = values.quick ? '2' : '40';
 if (!(blocks >= 2) || !(pairs >= 2)) die('--blocks and --pairs must be at least 2');
 if (values.write && values.quick) die('--write records full runs only; drop --quick');
-const taskset = spawnSync('taskset', ['-c', '0', 'true']).status === 0;
-const design = values.design ?? (cpus().length >= 2 && taskset ? 'pinned' : 'plain');
+/** The CPUs this process may run on (cgroups, an outer taskset), from /proc/self/status. */
+function allowedCpus() {
+  const list = /^Cpus_allowed_list:\s*(\S+)/m.exec(readFileSync('/proc/self/status', 'utf8'))?.[1] ?? '';
+  return list.split(',').flatMap((range) => {
+    const [lo, hi = lo] = range.split('-').map(Number);
+    return Number.isInteger(lo) && Number.isInteger(hi) ? Array.from({ length: hi - lo + 1 }, (_, i) => lo + i) : [];
+  });
+}
+const allowed = allowedCpus();
+const pinCpu = String(allowed.at(-1) ?? 0);
+const taskset = spawnSync('taskset', ['-c', pinCpu, 'true']).status === 0;
+const design = values.design ?? (allowed.length >= 2 && taskset ? 'pinned' : 'plain');
 if (design !== 'pinned' && design !== 'plain') die(`--design is pinned or plain, not ${design}`);
 if (design === 'pinned' && !taskset) die('--design pinned needs taskset (util-linux)');
 const lib = join(root, 'build', 'libmimalloc-pprof.so');
@@ -81,7 +91,7 @@ const ratio = (e) => ({ median: Math.exp(e.median), lo: Math.exp(e.lo), hi: Math
 const fixture = join(root, 'bench', 'fixtures', 'node-mix.cjs');
 // Pinned, compare itself runs under taskset and its runs inherit the CPU: a taskset in the
 // command would start under each arm's preload too.
-const pin = design === 'pinned' ? ['taskset', '-c', String(cpus().length - 1)] : [];
+const pin = design === 'pinned' ? ['taskset', '-c', pinCpu] : [];
 const command = design === 'pinned' ? [process.execPath, '--single-threaded', fixture, rounds] : [process.execPath, fixture, rounds];
 note(`bench/node-profiler: ${blocks} blocks of 6 arms (node-mix.cjs ${rounds}, ${design})…`);
 const jsonOut = join(work, 'compare.json');
@@ -180,7 +190,7 @@ const kb = (kib) => `${kib.toFixed(0)} KiB`;
 const mbi = (e) => `${e.median >= 0 ? '+' : ''}${mb(e.median)} [${mb(e.lo)}, ${mb(e.hi)}]`;
 const live = rss.liveHeapAtPeakKiB;
 const lines = [
-  `Measured ${result.date} with \`node bench/node-profiler.mjs${blocks === 40 ? '' : ` --blocks ${blocks}`}${values.design ? ` --design ${design}` : ''} --write\` (${result.blocks} paired blocks of \`node${design === 'pinned' ? ' --single-threaded' : ''} bench/fixtures/node-mix.cjs ${rounds}\`${design === 'pinned' ? `, every run on CPU ${cpus().length - 1}` : ''}, ${pairs} status pairs); ${result.cpu.replace(/\s+/g, ' ').trim()}, ${cpus().length} cores, Node ${result.node}. Each cell: the median over blocks of the per-block ratio, with its 95 % bootstrap interval.`,
+  `Measured ${result.date} with \`node bench/node-profiler.mjs${blocks === 40 ? '' : ` --blocks ${blocks}`}${values.design ? ` --design ${design}` : ''} --write\` (${result.blocks} paired blocks of \`node${design === 'pinned' ? ' --single-threaded' : ''} bench/fixtures/node-mix.cjs ${rounds}\`${design === 'pinned' ? `, every run on CPU ${pinCpu}` : ''}, ${pairs} status pairs); ${result.cpu.replace(/\s+/g, ' ').trim()}, ${cpus().length} cores, Node ${result.node}. Each cell: the median over blocks of the per-block ratio, with its 95 % bootstrap interval.`,
   '',
   '| | ours (profiling / stopped) | jemalloc\'s profiler (with / without) | ours over jemalloc\'s |',
   '|---|---:|---:|---:|',
