@@ -15,9 +15,10 @@
 //    of whole blocks). The 1 TiB arms split each cost into its entry points' part and its
 //    samples' part;
 //  - the design: `pinned` (the default where two or more CPUs are allowed) runs every arm on
-//    the last allowed CPU (compare under taskset) with `node --single-threaded` (no V8 platform threads: collections and
-//    compilation on the main thread), which halves the spread of the per-block ratios on a
-//    shared 2-vCPU machine; `plain` runs node as it comes, on every CPU;
+//    the last allowed CPU (compare under taskset) with `node --single-threaded` (no V8
+//    platform threads: collections and compilation on the main thread), which halves the
+//    spread of the per-block ratios on a shared 2-vCPU machine; `plain` runs node as it
+//    comes, on every CPU;
 //  - where the extra peak RSS goes: --pairs interleaved pairs of bench/fixtures/node-mix-status.cjs
 //    (the same workload, reading /proc/self/status at exit), stopped and profiling: the paired
 //    differences of peak RSS (VmHWM), of its file-backed part and of the rest, against the
@@ -91,16 +92,18 @@ const ratio = (e) => ({ median: Math.exp(e.median), lo: Math.exp(e.lo), hi: Math
 const fixture = join(root, 'bench', 'fixtures', 'node-mix.cjs');
 // Pinned, compare itself runs under taskset and its runs inherit the CPU: a taskset in the
 // command would start under each arm's preload too.
-const pin = design === 'pinned' ? ['taskset', '-c', pinCpu] : [];
-const command = design === 'pinned' ? [process.execPath, '--single-threaded', fixture, rounds] : [process.execPath, fixture, rounds];
+const pinned = design === 'pinned';
+const pin = pinned ? ['taskset', '-c', pinCpu] : [];
+const command = [process.execPath, ...(pinned ? ['--single-threaded'] : []), fixture, rounds];
 note(`bench/node-profiler: ${blocks} blocks of 6 arms (node-mix.cjs ${rounds}, ${design})…`);
 const jsonOut = join(work, 'compare.json');
-const cmp = spawnSync(pin[0] ?? process.execPath, [...pin.slice(1), ...(pin.length ? [process.execPath] : []), cli, 'compare',
+const compareArgv = [...pin, process.execPath, cli, 'compare',
   '--allocators', 'stopped=mimalloc-pprof,profiling=mimalloc-pprof-profiling,idle=mimalloc-pprof-profiling,jemalloc,jeprof=jemalloc,jeidle=jemalloc',
   '--env', 'idle:MIMALLOC_PROF_SAMPLE_INTERVAL=1024g',
   '--env', 'jeprof:MALLOC_CONF=prof:true,lg_prof_sample:19', '--env', 'jeidle:MALLOC_CONF=prof:true,lg_prof_sample:40',
   '--baseline', 'stopped', '--blocks', String(blocks), '--seed', '20261203', '--counts', 'off', '--quiet', '--json', jsonOut,
-  '--', ...command], { encoding: 'utf8' });
+  '--', ...command];
+const cmp = spawnSync(compareArgv[0], compareArgv.slice(1), { encoding: 'utf8' });
 if (cmp.status !== 0) die(`compare failed (${cmp.status}): ${cmp.stderr || cmp.stdout}`);
 const runs = JSON.parse(readFileSync(jsonOut, 'utf8')).runs;
 const byBlock = new Map();
@@ -190,7 +193,7 @@ const kb = (kib) => `${kib.toFixed(0)} KiB`;
 const mbi = (e) => `${e.median >= 0 ? '+' : ''}${mb(e.median)} [${mb(e.lo)}, ${mb(e.hi)}]`;
 const live = rss.liveHeapAtPeakKiB;
 const lines = [
-  `Measured ${result.date} with \`node bench/node-profiler.mjs${blocks === 40 ? '' : ` --blocks ${blocks}`}${values.design ? ` --design ${design}` : ''} --write\` (${result.blocks} paired blocks of \`node${design === 'pinned' ? ' --single-threaded' : ''} bench/fixtures/node-mix.cjs ${rounds}\`${design === 'pinned' ? `, every run on CPU ${pinCpu}` : ''}, ${pairs} status pairs); ${result.cpu.replace(/\s+/g, ' ').trim()}, ${cpus().length} cores, Node ${result.node}. Each cell: the median over blocks of the per-block ratio, with its 95 % bootstrap interval.`,
+  `Measured ${result.date} with \`node bench/node-profiler.mjs${blocks === 40 ? '' : ` --blocks ${blocks}`}${values.design ? ` --design ${design}` : ''} --write\` (${result.blocks} paired blocks of \`node${pinned ? ' --single-threaded' : ''} bench/fixtures/node-mix.cjs ${rounds}\`${pinned ? `, every run on CPU ${pinCpu}` : ''}, ${pairs} status pairs); ${result.cpu.replace(/\s+/g, ' ').trim()}, ${cpus().length} cores, Node ${result.node}. Each cell: the median over blocks of the per-block ratio, with its 95 % bootstrap interval.`,
   '',
   '| | ours (profiling / stopped) | jemalloc\'s profiler (with / without) | ours over jemalloc\'s |',
   '|---|---:|---:|---:|',
