@@ -161,7 +161,8 @@ typedef struct mp_thread_s {
   bool in_callback;
   struct mp_thread_s* next; /* the registry's links, under its lock */
   struct mp_thread_s* prev;
-  uintptr_t stack_lo, stack_hi; /* 0, 0: not known yet */
+  uintptr_t stack_lo, stack_hi; /* 0, 0: not known; learned outside allocations (mp_stack_learn_bounds) */
+  struct mp_scratch_s* scratch; /* the sample path's buffers (stack.c), claimed at the first sample */
   /* libuv thread-pool work (pool.c). On a pool thread running wrapped work: the entry that
    * holds the queuing stack. On a loop thread inside a wrapped completion: the entry whose
    * completion runs (origin) and its trampoline's frame, where the poster's stack is cut. */
@@ -366,6 +367,15 @@ void mp_unwind_counts(uint64_t* by_file, uint64_t* by_mapping, uint64_t* long_fd
 
 /* ---- stack.c ---- */
 void mp_stack_init(void);          /* warm up the unwinder, learn our own text range */
+/* The calling thread's stack bounds, learned outside any allocation (the load constructor for
+ * the thread that loads the library, the thread start wrappers for new threads): the sample
+ * path itself opens nothing. */
+void mp_stack_learn_bounds(void);
+/* Per-thread scratch of the sample path (frames and the fallback's buffer), in profiler memory
+ * rather than on the program's stack; given back when the thread ends (its key destructor). */
+uintptr_t* mp_stack_scratch(mp_thread_t* t); /* MI_PROF_MAX_BT frames; NULL: none to be had */
+void mp_stack_release(mp_thread_t* t);
+void mp_stack_child_reinit(void); /* fork child: other threads' scratch is free again */
 /* Fills up to max return addresses, leaf first, starting with `ra`: the caller's return
  * address, its stack pointer after the return (`sp`) and its frame pointer (`fp`). */
 unsigned mp_stack_capture(uintptr_t* frames, unsigned max, void* ra, uintptr_t sp, uintptr_t fp, uintptr_t stop_sp);

@@ -64,6 +64,7 @@ static void fork_child(void) {
   mp_tls.deferred_signal = 0; /* it was sent to the parent */
   mp_tls.tid = 0;             /* the child is another thread of another process */
   mp_unwind_child_reinit();
+  mp_stack_child_reinit();
   mp_fork_child_under_run();
   mp_tls.in_profiler = fork_guard;
   mp_tls.in_sample = fork_in_sample;

@@ -189,14 +189,111 @@ static bool mapping_of(uintptr_t addr, uintptr_t* lo, uintptr_t* hi) {
   return found;
 }
 
-static void learn_bounds(mp_thread_t* t) {
-  uintptr_t sp = (uintptr_t)__builtin_frame_address(0), lo, hi;
-  stack_t ss;
-  if (sigaltstack(NULL, &ss) == 0 && (ss.ss_flags & SS_ONSTACK) != 0) return; /* learn later */
-  t->stack_lo = 1; /* tried: do not retry on failure */
+/* ---- the sample path's scratch ----------------------------------------------------------------
+ * A sampled malloc may run on a thread whose stack has little room left (PTHREAD_STACK_MIN
+ * threads, handlers on an 8 KiB alternate stack): its buffers live here, not on the stack. A
+ * thread claims a slot at its first sample and gives it back when it ends; a slot is one
+ * thread's alone, and a thread is in at most one sample at a time (in_profiler), so no slot is
+ * ever used by two walks at once. Slots are static (the pages of those never claimed stay
+ * untouched); past them, a slot of profiler memory of its own. */
+typedef struct mp_scratch_s {
+  uintptr_t frames[MI_PROF_MAX_BT];
+  void* raw[MI_PROF_MAX_BT + 8]; /* backtrace()'s frames, this library's own among them */
+  uint32_t index;                /* in `slots`, or SCRATCH_SLOTS: its own memory */
+} mp_scratch_t;
+
+#define SCRATCH_SLOTS 64u
+static mp_scratch_t slots[SCRATCH_SLOTS];
+static atomic_bool slot_taken[SCRATCH_SLOTS];
+
+uintptr_t* mp_stack_scratch(mp_thread_t* t) {
+  if (mp_likely(t->scratch != NULL)) return t->scratch->frames;
+  mp_assert(t->in_profiler);
+  for (uint32_t i = 0; i < SCRATCH_SLOTS; i++) {
+    if (atomic_load_explicit(&slot_taken[i], memory_order_relaxed)) continue;
+    if (atomic_exchange_explicit(&slot_taken[i], true, memory_order_acquire)) continue;
+    slots[i].index = i;
+    t->scratch = &slots[i];
+    return t->scratch->frames;
+  }
+  mp_scratch_t* own = mp_os_alloc(sizeof(mp_scratch_t));
+  if (own == NULL) return NULL;
+  own->index = SCRATCH_SLOTS;
+  t->scratch = own;
+  return own->frames;
+}
+
+void mp_stack_release(mp_thread_t* t) {
+  mp_scratch_t* s = t->scratch;
+  if (s == NULL) return;
+  t->scratch = NULL;
+  if (s->index < SCRATCH_SLOTS) atomic_store_explicit(&slot_taken[s->index], false, memory_order_release);
+  else mp_os_free(s, sizeof(mp_scratch_t));
+}
+
+/* A fork child's only thread is the one that forked: every other slot is free again (their
+ * threads are gone; a slot of their own memory is lost, as the child's copy of it). */
+void mp_stack_child_reinit(void) {
+  const mp_scratch_t* mine = mp_tls.scratch;
+  for (uint32_t i = 0; i < SCRATCH_SLOTS; i++)
+    if (mine != &slots[i]) atomic_store_explicit(&slot_taken[i], false, memory_order_relaxed);
+}
+
+/* The calling thread's bounds, outside any allocation: the thread that loads the library (the
+ * main thread, at the load constructor, before the program's own code runs) by the mapping
+ * that holds its stack pointer, whose low bound is the top less the stack rlimit (at most
+ * 1 GiB: the main stack grows); a thread started through pthread_create or thrd_create by
+ * pthread_getattr_np in its start wrapper, before the program's start routine (glibc answers
+ * for such a thread from its descriptor: no file, nothing a sandbox installed later denies).
+ * Threads made otherwise (glibc's own helpers) have none: their samples take libgcc's
+ * unwinder. */
+void mp_stack_learn_bounds(void) {
+  mp_thread_t* t = &mp_tls;
+#ifdef MP_TEST_HOOKS
+  if (mp_test_hook("MP_TEST_BOUNDS_PTHREAD")) return; /* the control learns them inside the sample */
+#endif
+  uintptr_t sp = (uintptr_t)__builtin_frame_address(0), lo = 0, hi = 0;
+  bool guard = t->in_profiler;
+  t->in_profiler = true; /* pthread_getattr_np allocates: not a sample of the program's */
+  t->stack_lo = 1; /* meanwhile: unknown */
+  t->stack_hi = 0;
+  if (syscall(SYS_gettid) == getpid()) {
+    if (mapping_of(sp, &lo, &hi)) {
+      struct rlimit rl;
+      uintptr_t room = (uintptr_t)1 << 30;
+      if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < room) room = rl.rlim_cur;
+      if (hi - lo < room) lo = hi > room ? hi - room : 0;
+    }
+  } else {
+    int saved = errno;
+    pthread_attr_t attr;
+    void* addr = NULL;
+    size_t size = 0;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      if (pthread_attr_getstack(&attr, &addr, &size) == 0 && addr != NULL) {
+        lo = (uintptr_t)addr;
+        hi = (uintptr_t)addr + size;
+      }
+      pthread_attr_destroy(&attr);
+    }
+    errno = saved;
+  }
+  if (lo < hi && lo <= sp && sp < hi) {
+    t->stack_lo = lo;
+    t->stack_hi = hi;
+  }
+  mp_profiler_leave(t, guard);
+}
+
+/* Inside a sample, bounds are never learned: a thread without them is marked as tried. The
+ * test builds' control reproduces the old way (pthread_getattr_np inside the sample), which
+ * waits forever on the descriptor lock of a thread sampled inside its own
+ * pthread_getattr_np. */
+static void bounds_unknown(mp_thread_t* t) {
+  t->stack_lo = 1; /* tried: do not retry */
   t->stack_hi = 0;
 #ifdef MP_TEST_HOOKS
-  if (mp_test_hook("MP_TEST_BOUNDS_PTHREAD")) { /* the regression test's control: the old way */
+  if (mp_test_hook("MP_TEST_BOUNDS_PTHREAD")) {
     pthread_attr_t attr;
     void* addr = NULL;
     size_t size = 0;
@@ -206,18 +303,8 @@ static void learn_bounds(mp_thread_t* t) {
       t->stack_hi = (uintptr_t)addr + size;
     }
     pthread_attr_destroy(&attr);
-    return;
   }
 #endif
-  if (!mapping_of(sp, &lo, &hi)) return;
-  if (syscall(SYS_gettid) == getpid()) {
-    struct rlimit rl;
-    uintptr_t room = (uintptr_t)1 << 30;
-    if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < room) room = rl.rlim_cur;
-    if (hi - lo < room) lo = hi > room ? hi - room : 0;
-  }
-  t->stack_lo = lo;
-  t->stack_hi = hi;
 }
 
 /* Returns the number of frames written; *broken tells whether the chain ended on a link
@@ -417,7 +504,7 @@ unsigned mp_stack_capture(uintptr_t* frames, unsigned max, void* ra, uintptr_t s
   mp_thread_t* t = &mp_tls;
   mp_assert(t->in_profiler && mp_locks_held() == 0);
   if (max == 0) return 0;
-  if (t->stack_lo == 0 && t->stack_hi == 0) learn_bounds(t);
+  if (t->stack_lo == 0 && t->stack_hi == 0) bounds_unknown(t);
   frames[0] = (uintptr_t)ra;
 #if MP_UNWIND_CFI
   uintptr_t here = (uintptr_t)__builtin_frame_address(0);

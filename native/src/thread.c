@@ -28,6 +28,7 @@
 #include <mimalloc.h>
 #include <pthread.h>
 #include <sched.h>
+#include <threads.h>
 #include <time.h>
 
 #include "internal.h"
@@ -101,6 +102,7 @@ static void on_thread_exit(void* value) {
 #endif
     t->exiting = true; /* a later TLS destructor's allocation would register it again */
   unregister(t);
+  mp_stack_release(t);
   mp_profiler_leave(t, guard);
 }
 
@@ -173,6 +175,7 @@ void* mp_thread_start(void* raw) {
   start_t start = *(start_t*)raw;
   mi_free(raw);
   mp_thread_set_ordinal(start.ordinal);
+  mp_stack_learn_bounds();
   return start.fn(start.arg);
 }
 
@@ -187,5 +190,40 @@ __attribute__((visibility("default"))) int pthread_create(pthread_t* thread, con
   start->ordinal = mp_next_ordinal();
   int rc = real_create(thread, attr, mp_thread_start, start);
   if (rc != 0) mi_free(start);
+  return rc;
+}
+
+/* C11 threads: glibc's thrd_create does not go through pthread_create's exported name, so it
+ * has a wrapper of its own, for the same two things (ordinal, stack bounds). */
+typedef int (*thrd_create_fn)(thrd_t*, thrd_start_t, void*);
+typedef struct c11_start_s {
+  thrd_start_t fn;
+  void* arg;
+  uint32_t ordinal;
+} c11_start_t;
+
+static int mp_c11_start(void* raw) {
+  c11_start_t start = *(c11_start_t*)raw;
+  mi_free(raw);
+  mp_thread_set_ordinal(start.ordinal);
+  mp_stack_learn_bounds();
+  return start.fn(start.arg);
+}
+
+__attribute__((visibility("default"))) int thrd_create(thrd_t* thr, thrd_start_t fn, void* arg) {
+  static _Atomic(thrd_create_fn) real_thrd_create;
+  thrd_create_fn real = atomic_load_explicit(&real_thrd_create, memory_order_acquire);
+  if (real == NULL) {
+    real = (thrd_create_fn)dlsym(RTLD_NEXT, "thrd_create");
+    if (real == NULL) return thrd_error;
+    atomic_store_explicit(&real_thrd_create, real, memory_order_release);
+  }
+  c11_start_t* start = mi_malloc(sizeof(c11_start_t));
+  if (start == NULL) return thrd_nomem;
+  start->fn = fn;
+  start->arg = arg;
+  start->ordinal = mp_next_ordinal();
+  int rc = real(thr, mp_c11_start, start);
+  if (rc != thrd_success) mi_free(start);
   return rc;
 }
