@@ -340,30 +340,21 @@ typedef struct mp_unwind_rule_s {
   bool cfa_rbp;
 } mp_unwind_rule_t;
 _Static_assert(sizeof(mp_unwind_rule_t) == 8, "a rule packs into one cache word");
-/* stack.c: the mapping that covers addr, with its file's offset and identity, from the kernel's
- * PROCMAP_QUERY (Linux >= 6.11); false without it. Preserves errno. */
-typedef struct mp_mapping_s {
-  uintptr_t start, end;
-  uint64_t offset, inode;
-  uint32_t dev_major, dev_minor;
-} mp_mapping_t;
-bool mp_mapping_query(uintptr_t addr, mp_mapping_t* m);
-/* One walk's state: the file of the object its last miss was in, open until a miss in another
- * object or the walk's end (mp_unwind_walk_end), never longer. */
+/* One walk's state: the page ranges its misses read through objects' mappings, handed back
+ * (MADV_DONTNEED) at the walk's end (mp_unwind_walk_end), or when the walk has more. */
+#define MP_UNWIND_WALK_RANGES 6u
 typedef struct mp_unwind_walk_s {
-  const void* object;
-  int fd;
+  uintptr_t lo[MP_UNWIND_WALK_RANGES], hi[MP_UNWIND_WALK_RANGES];
+  unsigned n;
 } mp_unwind_walk_t;
-#define MP_UNWIND_WALK_INIT {NULL, -1}
+#define MP_UNWIND_WALK_INIT {{0}, {0}, 0}
 /* The rule at code address pc (a return address minus one). Never allocates or locks. */
 void mp_unwind_rule(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule_t* out);
 void mp_unwind_walk_end(mp_unwind_walk_t* walk);
 void mp_unwind_child_reinit(void); /* fork child only */
-void mp_unwind_fork_prepare(void); /* fork: waits (briefly) for the files other threads are opening */
-void mp_unwind_fork_parent(void);  /* ... and lets them open again */
 void mp_unwind_init(void);          /* once, before the first rule is asked */
 void mp_unwind_prefetch(uintptr_t pc); /* a hint that pc's rule is asked soon; no effect on results */
-void mp_unwind_counts(uint64_t* by_file, uint64_t* by_mapping, uint64_t* long_fdes); /* rules parsed from files, from mappings; FDEs read whole */
+void mp_unwind_counts(uint64_t* parsed, uint64_t* given); /* misses parsed; bytes of pages handed back */
 
 /* ---- stack.c ---- */
 void mp_stack_init(void);          /* warm up the unwinder, learn our own text range */

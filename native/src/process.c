@@ -27,7 +27,6 @@ static void fork_prepare(void) {
   if (!mp_test_hook("MP_TEST_SKIP_REENTRY_GUARD")) /* the signal tests' control */
 #endif
     mp_tls.in_profiler = true;
-  mp_unwind_fork_prepare();
   mp_lock(&mp_loader_lock);
   mp_lock(&mp_api_lock);
   mp_threads_lock();
@@ -40,7 +39,6 @@ static void fork_prepare(void) {
 }
 
 static void fork_parent(void) {
-  mp_unwind_fork_parent();
   mp_resident_fork_parent();
   mp_events_fork_parent();
   mp_table_unlock_all();

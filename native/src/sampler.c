@@ -363,7 +363,12 @@ static int32_t thread_id(mp_thread_t* t) {
 /* Allocates a sampled block and records it; a sample that cannot be kept (budget hit, thread
  * exiting) is counted as dropped and the allocation is served normally. */
 static void* sampled_alloc(mp_thread_t* t, size_t size, size_t align, bool zero, const caller_t* c, mp_recorded_t* recorded) {
-  uintptr_t frames[MI_PROF_MAX_BT];
+  uintptr_t* frames = mp_stack_scratch(t); /* not the stack: the program's may have little room left */
+  if (mp_unlikely(frames == NULL)) {
+    *recorded = (mp_recorded_t){0, false};
+    mp_count_dropped();
+    return plain_alloc(size, align, zero);
+  }
   /* Work that a pool thread runs, and a completion of such work on its loop's thread, carry
    * the stack that queued the work (pool.c); a completion's own stack ends at its trampoline. */
   bool queued = t->queued_by != NULL || t->pool_origin != NULL;

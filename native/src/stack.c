@@ -108,35 +108,28 @@ _Static_assert(sizeof(struct mp_procmap_query) == 104, "the kernel's struct proc
 #define MP_PROCMAP_QUERY 0xC0686611ul /* _IOWR('f', 17, struct procmap_query) */
 
 #if MP_UNWIND_CFI && defined(MP_TEST_HOOKS)
-static atomic_ullong bounds_by_query, bounds_by_text; /* how each thread's bounds were learned */
+static atomic_ullong bounds_by_query, bounds_by_text, bounds_by_attr; /* how each thread's bounds were learned */
 #define COUNT_BOUNDS(how) atomic_fetch_add(&bounds_by_##how, 1)
 #else
 #define COUNT_BOUNDS(how) ((void)0)
 #endif
 
+typedef struct mapping_s {
+  uintptr_t start, end;
+} mapping_t;
+
 /* One ioctl on an open maps file: the mapping that covers addr (flags 0), false where the
  * kernel has no PROCMAP_QUERY. errno is the caller's to keep. */
-static bool query_mapping(int fd, uintptr_t addr, mp_mapping_t* m) {
+static bool query_mapping(int fd, uintptr_t addr, mapping_t* m) {
   struct mp_procmap_query q = {.size = sizeof(q), .query_addr = addr};
   if (ioctl(fd, MP_PROCMAP_QUERY, &q) != 0 || q.vma_start > addr || addr >= q.vma_end) return false;
   m->start = (uintptr_t)q.vma_start;
   m->end = (uintptr_t)q.vma_end;
-  m->offset = q.vma_offset;
-  m->inode = q.inode;
-  m->dev_major = q.dev_major;
-  m->dev_minor = q.dev_minor;
   return true;
 }
 
-bool mp_mapping_query(uintptr_t addr, mp_mapping_t* m) {
-  int saved = errno;
-  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-  bool ok = fd >= 0 && query_mapping(fd, addr, m);
-  if (fd >= 0) close(fd);
-  errno = saved;
-  return ok;
-}
-
+/* The mapping that holds addr, from /proc/self/maps: only at load (mp_stack_learn_bounds),
+ * never inside an allocation. */
 static bool mapping_of(uintptr_t addr, uintptr_t* lo, uintptr_t* hi) {
   int saved = errno;
   int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
@@ -144,7 +137,7 @@ static bool mapping_of(uintptr_t addr, uintptr_t* lo, uintptr_t* hi) {
     errno = saved;
     return false;
   }
-  mp_mapping_t m;
+  mapping_t m;
   bool by_query = true;
 #ifdef MP_TEST_HOOKS
   by_query = !mp_test_hook("MP_TEST_MAPS_TEXT"); /* the bounds from the text, as before Linux 6.11 */
@@ -273,6 +266,7 @@ void mp_stack_learn_bounds(void) {
       if (pthread_attr_getstack(&attr, &addr, &size) == 0 && addr != NULL) {
         lo = (uintptr_t)addr;
         hi = (uintptr_t)addr + size;
+        COUNT_BOUNDS(attr);
       }
       pthread_attr_destroy(&attr);
     }
@@ -339,14 +333,24 @@ static unsigned fp_walk(uintptr_t* frames, unsigned n, unsigned max, uintptr_t f
   return n;
 }
 
-static unsigned unwind_tables(uintptr_t* frames, unsigned max) {
-  void* raw[MI_PROF_MAX_BT + 8];
+/* libgcc's unwinder (glibc backtrace) from here, this library's frames skipped: into frames,
+ * when it finds more than the n already there and starts at the same caller. Its buffer is the
+ * thread's scratch; its own stack use (several KiB) is allowed only with room to spare below
+ * (FALLBACK_ROOM) on the thread's own stack, never on an alternate stack or one whose bounds
+ * are unknown. */
+#define FALLBACK_ROOM ((uintptr_t)32 * 1024)
+static unsigned unwind_tables(uintptr_t* frames, unsigned n, unsigned max) {
+  mp_thread_t* t = &mp_tls;
+  uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+  if (t->scratch == NULL || here < t->stack_lo || here >= t->stack_hi || here - t->stack_lo < FALLBACK_ROOM) return n;
+  void** raw = t->scratch->raw;
   int got = backtrace(raw, (int)(max + 8));
-  unsigned n = 0;
   int i = 0;
   while (i < got && within(&self_text, (uintptr_t)raw[i])) i++;
-  for (; i < got && n < max; i++) frames[n++] = (uintptr_t)raw[i];
-  return n;
+  if (got - i <= (int)n || (uintptr_t)raw[i] != frames[0]) return n;
+  unsigned m = 0;
+  for (; i < got && m < max; i++) frames[m++] = (uintptr_t)raw[i];
+  return m;
 }
 
 /* A chain is complete when it reached libc's start routines: its last frame is in libc, or
@@ -388,16 +392,16 @@ static void report_field(char* line, size_t cap, size_t* n, const char* name, ui
 static void report_check(void) {
   char line[256];
   size_t n = 0;
-  uint64_t by_file, by_mapping, long_fdes;
-  mp_unwind_counts(&by_file, &by_mapping, &long_fdes);
+  uint64_t parsed, given;
+  mp_unwind_counts(&parsed, &given);
   report_field(line, sizeof(line), &n, "unwind check: stacks=", atomic_load(&checked));
   report_field(line, sizeof(line), &n, " agreed=", atomic_load(&agreed));
   report_field(line, sizeof(line), &n, " fallbacks=", atomic_load(&fell_back));
   report_field(line, sizeof(line), &n, " bounds_query=", atomic_load(&bounds_by_query));
   report_field(line, sizeof(line), &n, " bounds_text=", atomic_load(&bounds_by_text));
-  report_field(line, sizeof(line), &n, " rules_file=", by_file);
-  report_field(line, sizeof(line), &n, " rules_mapped=", by_mapping);
-  report_field(line, sizeof(line), &n, " long_fdes=", long_fdes);
+  report_field(line, sizeof(line), &n, " rules_parsed=", parsed);
+  report_field(line, sizeof(line), &n, " given_back=", given);
+  report_field(line, sizeof(line), &n, " bounds_attr=", atomic_load(&bounds_by_attr));
   line[n++] = '\n';
   (void)!write(2, line, n);
 }
@@ -405,10 +409,19 @@ static void report_check(void) {
 static void check_against_reference(const uintptr_t* frames, unsigned n, unsigned max) {
   static atomic_bool registered;
   if (!atomic_exchange(&registered, true)) atexit(report_check);
-  uintptr_t other[MI_PROF_MAX_BT];
-  unsigned m = drop_own_frames(other, unwind_tables(other, max));
+  mp_thread_t* t = &mp_tls;
+  uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+  if (t->scratch == NULL || here < t->stack_lo || here >= t->stack_hi) return;
+  void** raw = t->scratch->raw;
+  int got = backtrace(raw, (int)(max + 8));
+  int i = 0;
+  while (i < got && within(&self_text, (uintptr_t)raw[i])) i++;
+  uintptr_t other[MI_PROF_MAX_BT]; /* test builds only */
+  unsigned m = 0;
+  for (; i < got && m < max; i++) other[m++] = (uintptr_t)raw[i];
+  m = drop_own_frames(other, m);
   bool same = m == n;
-  for (unsigned i = 0; same && i < n; i++) same = other[i] == frames[i];
+  for (unsigned k = 0; same && k < n; k++) same = other[k] == frames[k];
   atomic_fetch_add(&checked, 1);
   if (same) atomic_fetch_add(&agreed, 1);
 }
@@ -437,8 +450,12 @@ static void prefetch_rules(uintptr_t pc, uintptr_t sp, uintptr_t fp, uintptr_t h
 /* The rule-driven walk from the caller's registers; frames[0] is pc already. *complete tells
  * whether it ended at the outermost frame (or at `max`) rather than on a step it could not
  * take. */
+/* [next_lo, next_hi): the thread's own stack when the walk starts on an alternate one (next_lo
+ * 0 otherwise): a signal frame's interrupted stack pointer may lead there, and the walk goes on
+ * within those bounds. */
 static unsigned rule_walk(mp_unwind_walk_t* walk, uintptr_t* frames, unsigned max, uintptr_t pc, uintptr_t sp,
-                          uintptr_t fp, uintptr_t hi, uintptr_t stop_sp, bool* complete) {
+                          uintptr_t fp, uintptr_t hi, uintptr_t next_lo, uintptr_t next_hi, uintptr_t stop_sp,
+                          bool* complete) {
   unsigned n = 1;
   bool exact = false; /* pc is an interrupted instruction (after a signal frame), not a return address */
   *complete = false;
@@ -456,7 +473,13 @@ static unsigned rule_walk(mp_unwind_walk_t* walk, uintptr_t* frames, unsigned ma
       if (regs + (REG_RIP + 1) * sizeof(greg_t) > hi || (sp & 7) != 0) break;
       const greg_t* g = (const greg_t*)regs;
       uintptr_t rip = (uintptr_t)g[REG_RIP], rsp = (uintptr_t)g[REG_RSP];
-      if (rsp <= sp || rsp > hi || rip < 4096) break;
+      if (next_lo != 0 && rsp >= next_lo && rsp < next_hi) { /* off the alternate stack: the thread's own */
+        hi = next_hi;
+        next_lo = 0;
+      } else if (rsp <= sp || rsp > hi) {
+        break;
+      }
+      if (rip < 4096) break;
       frames[n++] = rip;
       pc = rip;
       sp = rsp;
@@ -500,33 +523,40 @@ static unsigned rule_walk(mp_unwind_walk_t* walk, uintptr_t* frames, unsigned ma
 }
 #endif
 
+/* The alternate signal stack this thread runs on, if `here` is on it: its top, 0 otherwise. */
+static uintptr_t alt_stack_top(uintptr_t here) {
+  stack_t ss;
+  int saved = errno;
+  bool on = sigaltstack(NULL, &ss) == 0 && (ss.ss_flags & SS_ONSTACK) != 0 && here >= (uintptr_t)ss.ss_sp &&
+            here - (uintptr_t)ss.ss_sp < ss.ss_size;
+  errno = saved;
+  return on ? (uintptr_t)ss.ss_sp + ss.ss_size : 0;
+}
+
 unsigned mp_stack_capture(uintptr_t* frames, unsigned max, void* ra, uintptr_t sp, uintptr_t fp, uintptr_t stop_sp) {
   mp_thread_t* t = &mp_tls;
   mp_assert(t->in_profiler && mp_locks_held() == 0);
   if (max == 0) return 0;
   if (t->stack_lo == 0 && t->stack_hi == 0) bounds_unknown(t);
   frames[0] = (uintptr_t)ra;
-#if MP_UNWIND_CFI
   uintptr_t here = (uintptr_t)__builtin_frame_address(0);
-  if (here >= t->stack_lo && here < t->stack_hi && sp > here && sp <= t->stack_hi) {
+  bool on_own = here >= t->stack_lo && here < t->stack_hi;
+#if MP_UNWIND_CFI
+  /* On an alternate signal stack (a handler's allocation) the walk is bounded by it up to the
+   * signal frame, and by the thread's own stack beyond. */
+  uintptr_t hi = on_own ? t->stack_hi : alt_stack_top(here);
+  if (hi != 0 && sp > here && sp <= hi) {
     bool complete;
-    prefetch_rules((uintptr_t)ra, sp, fp, t->stack_hi, max);
+    prefetch_rules((uintptr_t)ra, sp, fp, hi, max);
     mp_unwind_walk_t walk = MP_UNWIND_WALK_INIT;
-    unsigned n = rule_walk(&walk, frames, max, (uintptr_t)ra, sp, fp, t->stack_hi,
+    unsigned n = rule_walk(&walk, frames, max, (uintptr_t)ra, sp, fp, hi, on_own ? 0 : t->stack_lo, t->stack_hi,
                            stop_sp == 0 ? UINTPTR_MAX : stop_sp, &complete);
     mp_unwind_walk_end(&walk);
 #ifdef MP_TEST_HOOKS
     if (!complete) mp_stack_count_fallback();
     if (mp_test_hook("MP_TEST_UNWIND_FP_ONLY")) complete = true; /* the control: the rules' walk alone */
 #endif
-    if (!complete && stop_sp == 0) { /* a step no rule could take: libgcc's unwinder may know more (it knows no cut) */
-      uintptr_t other[MI_PROF_MAX_BT];
-      unsigned m = unwind_tables(other, max);
-      if (m > n && other[0] == (uintptr_t)ra) {
-        memcpy(frames, other, m * sizeof(uintptr_t));
-        n = m;
-      }
-    }
+    if (!complete && stop_sp == 0) n = unwind_tables(frames, n, max); /* libgcc's unwinder knows no cut */
     n = drop_own_frames(frames, n);
 #ifdef MP_TEST_HOOKS
     if (mp_test_hook("MP_TEST_UNWIND_CHECK")) check_against_reference(frames, n, max);
@@ -535,18 +565,12 @@ unsigned mp_stack_capture(uintptr_t* frames, unsigned max, void* ra, uintptr_t s
   }
 #else
   (void)sp;
+  (void)here;
 #endif
   bool broken;
   uintptr_t cut = stop_sp == 0 ? UINTPTR_MAX : stop_sp;
   unsigned n = fp_walk(frames, 1, max, fp, cut, &broken);
   /* libgcc's unwinder knows no cut: a stack that is cut stays as the frame walk left it */
-  if (n < max && stop_sp == 0 && (broken || !reached_start(frames, n))) {
-    uintptr_t other[MI_PROF_MAX_BT];
-    unsigned m = unwind_tables(other, max);
-    if (m > n && other[0] == (uintptr_t)ra) {
-      memcpy(frames, other, m * sizeof(uintptr_t));
-      n = m;
-    }
-  }
+  if (n < max && stop_sp == 0 && on_own && (broken || !reached_start(frames, n))) n = unwind_tables(frames, n, max);
   return drop_own_frames(frames, n);
 }

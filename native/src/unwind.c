@@ -22,11 +22,12 @@
  *
  * Invariants:
  *  - nothing here allocates, takes a profiler lock or enters the loader's locks;
- *  - the data parsed is the objects' own .eh_frame, read from the mapping or, where the kernel
- *    names the mapping's file, from that file (below); every read stays inside the FDE or CIE
- *    whose length it has read, and a malformed entry yields MP_RULE_FP;
- *  - a file opened to read rules is closed by the walk that opened it (a fork child closes the
- *    ones other threads had open: tracked_open), and errno is the caller's;
+ *  - the data parsed is the objects' own .eh_frame, read through their mappings; every read
+ *    stays inside the FDE or CIE whose length it has read, and a malformed entry yields
+ *    MP_RULE_FP;
+ *  - no file is opened and no system call made but the madvise that hands back the pages a
+ *    walk's misses brought in, only where they hold the file's bytes unchanged (below), at the
+ *    walk's end (mp_unwind_walk_end); errno is the caller's;
  *  - a cache slot is written only by the thread that holds `writer` (others skip caching),
  *    and readers validate a slot by its sequence count, read before and after the slot;
  *  - a cached rule is never invalidated: code unloaded with dlclose and replaced by other
@@ -35,15 +36,12 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <link.h>
 #include <sched.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/statfs.h>
 #include <sys/syscall.h>
-#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -311,55 +309,30 @@ static bool run_cfa(cfa_state_t* s, const cie_t* cie, const cfa_state_t* initial
 }
 
 /* ---- CIE and FDE ------------------------------------------------------------------------------ */
-/* Where an entry's bytes come from: the object's mapping itself (fd < 0), or its file, where
- * mapped address `base` is file offset `off` and only [lo, hi), one mapping, may be read. */
+/* Every entry is read through the object's own mapping (where the loader put it): no file is
+ * opened, no system call made; the pages a miss brings in are handed back afterwards (below). */
 typedef struct cie_memo_s cie_memo_t;
-typedef struct source_s {
-  int fd;
-  uintptr_t base, lo, hi;
-  uint64_t off;
-  cie_memo_t* cies; /* a file's CIEs, parsed once (an object has a few, every FDE names one) */
-} source_t;
 
-static const source_t mapped = {-1, 0, 0, 0, 0, NULL};
+/* A walk's record of the reads to hand back (mp_unwind_walk_t), the object's givable range. */
+typedef struct object_s object_t;
+static void note_read(mp_unwind_walk_t* walk, const object_t* o, uintptr_t at, size_t len);
 
-#define ENTRY_MAX 512 /* an FDE read from a file into the stack; a longer one gets a buffer of its own */
-#define ENTRY_LARGE_MAX ((size_t)1 << 20) /* past it, the mapping */
-static atomic_ullong fdes_read_whole; /* FDEs longer than ENTRY_MAX read from files (test builds print it) */
-
-/* The entry at address `at`: a cursor over its body (after the length). 0 for the 64-bit form,
- * a terminator or an implausible size; from a file, -1 when it cannot be read whole into buf
- * (outside the mapping's range, longer than buf, a failed read): the mapping may still tell. */
-static int load_entry(const source_t* src, uintptr_t at, uint8_t* buf, size_t cap, cursor_t* c) {
+/* The entry at address `at`: a cursor over its body (after the length); false for the 64-bit
+ * form, a terminator or an implausible size. */
+static bool load_entry(uintptr_t at, cursor_t* c) {
   uint32_t len;
+  memcpy(&len, (const void*)at, 4);
+  if (len == 0 || len == 0xffffffffu || len > (1u << 24)) return false;
+  c->p = (const uint8_t*)at + 4;
+  c->end = c->p + len;
+  c->bias = 0;
   c->bad = false;
-  if (src->fd < 0) {
-    memcpy(&len, (const void*)at, 4);
-    if (len == 0 || len == 0xffffffffu || len > (1u << 24)) return 0;
-    c->p = (const uint8_t*)at + 4;
-    c->end = c->p + len;
-    c->bias = 0;
-    return 1;
-  }
-  if (at < src->lo || at >= src->hi) return -1;
-  size_t want = src->hi - at < cap ? src->hi - at : cap;
-  ssize_t got = pread(src->fd, buf, want, (off_t)(src->off + (at - src->base)));
-  if (got < 4) return -1;
-  memcpy(&len, buf, 4);
-  if (len == 0 || len == 0xffffffffu) return 0;
-  if (len > (size_t)got - 4) return -1;
-  c->p = buf + 4;
-  c->end = buf + 4 + len;
-  c->bias = (intptr_t)(at - (uintptr_t)buf);
-  return 1;
+  return true;
 }
 
-/* 1 parsed, 0 unusable, -1 unreadable (load_entry). cie->insns point into buf when the CIE
- * came from a file: buf outlives cie's use. */
-static int parse_cie(const source_t* src, uintptr_t at, uint8_t* buf, size_t cap, cie_t* cie) {
+static bool parse_cie(uintptr_t at, cie_t* cie) {
   cursor_t c;
-  int loaded = load_entry(src, at, buf, cap, &c);
-  if (loaded <= 0) return loaded;
+  if (!load_entry(at, &c)) return false;
   if (rd_fixed(&c, 4) != 0) return false; /* CIE id */
   uint8_t version = rd_u8(&c);
   if (version != 1 && version != 3) return false;
@@ -401,8 +374,9 @@ static int parse_cie(const source_t* src, uintptr_t at, uint8_t* buf, size_t cap
   return true;
 }
 
-/* A file's parsed CIEs, by address, their instructions copied: written by one thread at a time
- * (a try-lock; a busy one just does not keep), each slot published by its address (release),
+/* An object's parsed CIEs, by address, their instructions copied (a CIE sits pages away from
+ * most of its FDEs: kept, its page is not read again): written by one thread at a time (a
+ * try-lock; a busy one just does not keep), each slot published by its address (release),
  * never changed once published. */
 #define CIES_MAX 4
 #define CIE_INSNS_MAX 64
@@ -444,18 +418,21 @@ static void cie_keep(cie_memo_t* m, uintptr_t at, const cie_t* cie) {
   atomic_flag_clear_explicit(&m->writer, memory_order_release);
 }
 
-/* The rule at `pc` from the FDE under cursor c (load_entry): 1, 0 if it does not cover pc or
- * is unusable, -1 if its CIE could not be read. */
-static int rule_in_fde(const source_t* src, cursor_t c, uintptr_t pc, uintptr_t datarel, mp_unwind_rule_t* out) {
-  uint8_t cie_buf[256]; /* used when reading from a file */
-  uintptr_t field = (uintptr_t)c.p + (uintptr_t)c.bias; /* the CIE pointer's own address */
+/* The rule at `pc` from the FDE at address `fde` of object o (NULL: one not kept): true, or
+ * false if it does not cover pc or is unusable. */
+static bool rule_from_fde(mp_unwind_walk_t* walk, object_t* o, cie_memo_t* cies, uintptr_t fde, uintptr_t pc,
+                          uintptr_t datarel, mp_unwind_rule_t* out) {
+  cursor_t c;
+  if (!load_entry(fde, &c)) return false;
+  note_read(walk, o, fde, (size_t)(c.end - (const uint8_t*)fde));
+  uintptr_t field = (uintptr_t)c.p; /* the CIE pointer's own address */
   uint32_t cie_ptr = (uint32_t)rd_fixed(&c, 4);
   if (cie_ptr == 0) return false; /* a CIE, not an FDE */
   cie_t cie;
-  if (src->cies == NULL || !cie_recall(src->cies, field - cie_ptr, &cie)) {
-    int parsed = parse_cie(src, field - cie_ptr, cie_buf, sizeof(cie_buf), &cie);
-    if (parsed <= 0) return parsed;
-    if (src->cies != NULL) cie_keep(src->cies, field - cie_ptr, &cie);
+  if (cies == NULL || !cie_recall(cies, field - cie_ptr, &cie)) {
+    if (!parse_cie(field - cie_ptr, &cie)) return false;
+    note_read(walk, o, field - cie_ptr, (size_t)(cie.insns_end - (const uint8_t*)(field - cie_ptr)));
+    if (cies != NULL) cie_keep(cies, field - cie_ptr, &cie);
   }
   uintptr_t begin = rd_encoded(&c, cie.fde_enc, datarel);
   uintptr_t range = rd_encoded(&c, cie.fde_enc & 0x0f, datarel);
@@ -505,43 +482,14 @@ static int rule_in_fde(const source_t* src, cursor_t c, uintptr_t pc, uintptr_t 
   return true;
 }
 
-/* The whole length of the entry at `at` in src's file, 0 if unreadable. */
-static size_t entry_size(const source_t* src, uintptr_t at) {
-  uint32_t len;
-  if (at < src->lo || at >= src->hi || pread(src->fd, &len, 4, (off_t)(src->off + (at - src->base))) != 4) return 0;
-  return (size_t)len + 4;
-}
-
-/* The rule at `pc` from the FDE at address `fde`: 1, or 0 if it does not cover pc or is
- * unusable, -1 if it could not be read (load_entry). An FDE longer than ENTRY_MAX (the largest
- * functions of node and V8 have them) is read from the file whole into a buffer of its own:
- * a single binary search of node's table through the mapping made 320 KiB of it resident. */
-static int rule_from_fde(const source_t* src, uintptr_t fde, uintptr_t pc, uintptr_t datarel, mp_unwind_rule_t* out) {
-  uint8_t fde_buf[ENTRY_MAX];
-  cursor_t c;
-  int loaded = load_entry(src, fde, fde_buf, sizeof(fde_buf), &c);
-  if (loaded != -1 || src->fd < 0) return loaded <= 0 ? loaded : rule_in_fde(src, c, pc, datarel, out);
-  size_t size = entry_size(src, fde);
-  if (size <= sizeof(fde_buf) || size > ENTRY_LARGE_MAX) return -1;
-  uint8_t* whole = mp_os_alloc_transient(size);
-  if (whole == NULL) return -1;
-  atomic_fetch_add_explicit(&fdes_read_whole, 1, memory_order_relaxed);
-  loaded = load_entry(src, fde, whole, size, &c);
-  int got = loaded <= 0 ? loaded : rule_in_fde(src, c, pc, datarel, out);
-  mp_os_free(whole, size);
-  return got;
-}
-
-/* The FDE covering pc through the object's .eh_frame_hdr binary-search table. */
-/* The search table's entry count and offset from the header's first 32 bytes at `head` (the
- * mapping itself, or a copy of it read from the file: `hdr` is where it is mapped); false for a
- * form this file does not read. */
-static bool parse_hdr(const uint8_t* head, const uint8_t* hdr, uint64_t* count, uint32_t* table_rel) {
-  if (head[0] != 1 || head[3] != 0x3b) return false; /* version 1; table datarel | sdata4: what every linker writes */
-  cursor_t c = {head + 4, head + 32, false, (intptr_t)((uintptr_t)hdr - (uintptr_t)head)};
-  (void)rd_encoded(&c, head[1], (uintptr_t)hdr); /* eh_frame_ptr */
-  *count = rd_encoded(&c, head[2], (uintptr_t)hdr);
-  *table_rel = (uint32_t)(c.p - head);
+/* The search table's entry count and offset from the .eh_frame_hdr at hdr; false for a form
+ * this file does not read. */
+static bool parse_hdr(const uint8_t* hdr, uint64_t* count, uint32_t* table_rel) {
+  if (hdr[0] != 1 || hdr[3] != 0x3b) return false; /* version 1; table datarel | sdata4: what every linker writes */
+  cursor_t c = {hdr + 4, hdr + 32, false, 0};
+  (void)rd_encoded(&c, hdr[1], (uintptr_t)hdr); /* eh_frame_ptr */
+  *count = rd_encoded(&c, hdr[2], (uintptr_t)hdr);
+  *table_rel = (uint32_t)(c.p - hdr);
   return !c.bad && *count != 0 && *count <= (1u << 28);
 }
 
@@ -556,149 +504,36 @@ static size_t last_at_or_below(const int32_t* a, size_t stride, size_t n, intptr
   return lo;
 }
 
-static const uint8_t* find_fde(const uint8_t* hdr, uintptr_t pc) {
-  uint64_t count;
-  uint32_t table_rel;
-  if (hdr == NULL || !parse_hdr(hdr, hdr, &count, &table_rel)) return NULL;
-  const int32_t* table = (const int32_t*)(const void*)(hdr + table_rel);
-  intptr_t rel = (intptr_t)(pc - (uintptr_t)hdr);
-  if (rel < table[0]) return NULL;
-  return hdr + table[2 * last_at_or_below(table, 2, count, rel) + 1];
-}
-
-/* ---- the tables read from the file ------------------------------------------------------------ */
-/* Reading an object's tables through its mapping faults their pages into the process, and the
- * kernel maps up to 15 neighbours with each fault (fault-around): a Node process's stacks had
- * brought in nearly all of node's 3.4 MB of .eh_frame_hdr and .eh_frame, +3 MB of RSS at exit
- * (bench/README.md). Where the kernel says which file and offset the mapping holds
- * (PROCMAP_QUERY, Linux >= 6.11), and the file is the one mapped (same device and inode), the
- * tables are read from the file with pread: page cache, never the process's RSS. The search
- * table is kept sparsely (every SPARSE_STEP-th entry's start) in this file's own memory, so a
- * miss costs an open, three preads (the table's block, the FDE, its CIE) and a close. No
- * descriptor is kept between misses: the program owns the descriptor table. Anything that does
- * not fit (a path, the sparse pool, an entry) or fails to read is read through the mapping. */
-#define SPARSE_STEP 64u /* a block of the table read per miss: 512 bytes of stack */
+/* ---- the objects: their search tables, and the pages handed back -------------------------------
+ * Reading an object's tables through its mapping faults their pages into the process, and the
+ * kernel maps up to 15 neighbours with each fault (fault-around): a Node process's stacks would
+ * bring in nearly all of node's 3.4 MB of .eh_frame_hdr and .eh_frame, +3 MB of RSS (bench/
+ * README.md). So a walk notes the 64 KiB windows its misses read (the fault-around unit) and
+ * hands their pages back when it ends (MADV_DONTNEED): the process's RSS is what it was, the
+ * page cache keeps the file's pages, and the next read faults them in again. That is safe only
+ * for pages that hold the file's bytes unchanged, so the givable range of an object is the part
+ * of its segment holding .eh_frame_hdr, from that header's page on, and only where that segment
+ * is neither writable nor executable (no relocation, RELRO or debugger breakpoint ever wrote
+ * to it), the object has no text relocations, and it is a file's (not the vDSO). Elsewhere the
+ * pages stay, as they would for libgcc's unwinder. The only system call of a miss is that
+ * madvise, one mimalloc's own allocation path makes too: no file is opened or read, no
+ * descriptor held, nothing is a cancellation point or what a sandbox that denies files kills.
+ * The search table is kept sparsely (every SPARSE_STEP-th entry's start) in this file's own
+ * memory, built at the object's first miss, so a miss reads one block of the table, the FDE and
+ * (the first time) its CIE. */
+#define SPARSE_STEP 64u  /* a block of the table read per miss */
 #define OBJECTS_MAX 64u
 #define SPARSE_POOL 16384u /* starts, 64 KiB of bss touched as written: node takes ~1,200 */
-#define SETUP_CHUNK (64u * 1024u)
+#define WINDOW ((uintptr_t)64 * 1024) /* the kernel's default fault-around (fault_around_bytes) */
 
-typedef struct object_s {
+struct object_s {
   _Atomic(const uint8_t*) hdr; /* the key, stored last with release: a visible entry is complete */
-  bool by_file;
-  uint32_t table_rel;  /* the search table's offset from hdr */
-  uint64_t count;      /* its entries */
-  source_t src;        /* the file (its fd is the walk's) */
-  uint64_t ino, dev;   /* the file's identity when it was checked against the mapping */
+  uint32_t table_rel;            /* the search table's offset from hdr */
+  uint64_t count;                /* its entries; 0: no usable table */
+  uintptr_t give_lo, give_hi;    /* the pages that may be handed back (page-aligned), lo == hi: none */
   cie_memo_t cies;
-  const int32_t* sparse;
-  char path[256];
-} object_t;
-
-/* Descriptors this file has open, so that a fork child, where only the forking thread goes on,
- * closes those that other threads' walks held (O_CLOEXEC covers exec, not fork): fd + 1, 0 free.
- * With no free slot the file is not opened (the mapping is read instead). */
-#define TRACKED_MAX 16u
-static atomic_int tracked[TRACKED_MAX];
-/* Forks under way (between their prepare and parent handlers): an open or a close waits for
- * them to end (at most FORK_WAIT_NS, see claim), so that no descriptor is half-made or
- * half-closed while the process is copied. */
-static atomic_int forking;
-#define FORK_WAIT_NS 10000000ll
-/* This thread holds a busy slot (a fork from a signal handler inside it must not wait for it). */
-static __thread bool holds_busy __attribute__((tls_model("initial-exec")));
-
-
-/* Opened without blocking (a path that became a FIFO, a terminal) and only if it is a regular
- * file on a local filesystem: on NFS every open asks the server, and a hung mount would hang
- * malloc, where the mapping needs only the page cache. With `ino`/`dev` nonzero, only if it is
- * still that file (a library replaced by an upgrade, a relative path after a chdir). */
-/* Slot i, whose value is `from` (0 free, fd + 1 held), made busy (-1) for an open or a close:
- * 1 done, 0 it held something else, -1 a fork went on for longer than FORK_WAIT_NS. A fork
- * under way goes first: the slot goes back to `from` while it lasts. The
- * flag and the slot are seq_cst, as fork_prepare's: either this sees the fork, or the fork sees
- * the busy slot. Both wait at most FORK_WAIT_NS: the thread may hold a lock that the fork takes
- * after its handlers (glibc's list of streams, whose flush allocates), and waiting longer would
- * hang both. Past it an open gives up (the mapping is read instead) and a close closes, which
- * may leave the child the descriptor: a leak, where waiting on could be a deadlock. */
-static int claim(unsigned i, int from) {
-  for (int64_t deadline = 0;;) {
-    if (atomic_load(&forking) == 0) { /* never busy while a fork waits: it could copy the slot so */
-      int expected = from;
-      holds_busy = true;
-      if (!atomic_compare_exchange_strong(&tracked[i], &expected, -1)) {
-        holds_busy = false;
-        return 0;
-      }
-      if (atomic_load(&forking) == 0) return 1; /* busy until the caller's release */
-      atomic_store(&tracked[i], from);
-      holds_busy = false;
-    } else if (atomic_load(&tracked[i]) != from) {
-      return 0;
-    }
-    if (!mp_wait_turn(&deadline, FORK_WAIT_NS)) return -1;
-  }
-}
-
-static int tracked_open(const char* path, uint64_t ino, uint64_t dev, struct stat* st_out) {
-  unsigned slot = TRACKED_MAX;
-  for (unsigned i = 0; i < TRACKED_MAX && slot == TRACKED_MAX; i++) {
-    int claimed = claim(i, 0);
-    if (claimed < 0) return -1;
-    if (claimed > 0) slot = i;
-  }
-  if (slot == TRACKED_MAX) return -1;
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  struct stat st;
-  struct statfs fs;
-  /* the system call itself: glibc's fstat is fstatat(fd, "", AT_EMPTY_PATH), a path lookup */
-  bool ok = fd >= 0 && syscall(SYS_fstat, fd, &st) == 0 && S_ISREG(st.st_mode) &&
-            (ino == 0 || (st.st_ino == ino && st.st_dev == dev));
-  if (ok && ino == 0) { /* at setup: where the file lives */
-    ok = fstatfs(fd, &fs) == 0;
-    switch (ok ? (unsigned long)fs.f_type : 0ul) {
-      case 0xEF53ul:     /* ext2/3/4 */
-      case 0x58465342ul: /* xfs */
-      case 0x9123683Eul: /* btrfs */
-      case 0x01021994ul: /* tmpfs */
-      case 0x794C7630ul: /* overlayfs (containers) */
-      case 0x73717368ul: /* squashfs (snaps, AppImages) */
-      case 0x2FC12FC1ul: /* zfs */
-      case 0xF2F52010ul: /* f2fs */
-        break;
-      default: ok = false;
-    }
-  }
-  if (!ok) {
-    if (fd >= 0) close(fd);
-    atomic_store(&tracked[slot], 0);
-    holds_busy = false;
-    return -1;
-  }
-  if (st_out != NULL) *st_out = st;
-  atomic_store(&tracked[slot], fd + 1);
-  holds_busy = false;
-  return fd;
-}
-
-/* Closes fd only if it is still tracked: a fork child has closed the descriptors it inherited
- * (a fork from a signal handler that interrupted a walk resumes that walk in the child), and
- * their numbers may name the child's own files by now. The slot stays busy until the close is
- * done, so that a fork never copies a descriptor that no slot names. */
-static void tracked_close(int fd) {
-  for (unsigned i = 0; i < TRACKED_MAX; i++) {
-    int claimed = claim(i, fd + 1);
-    if (claimed == 0) continue;
-    if (claimed > 0) {
-      close(fd);
-      atomic_store(&tracked[i], 0);
-      holds_busy = false;
-    } else { /* a fork past the wait: the number is let go before it is closed, so that no child closes a reuse of it */
-      int expected = fd + 1;
-      if (atomic_compare_exchange_strong(&tracked[i], &expected, 0)) close(fd);
-    }
-    return;
-  }
-}
+  const int32_t* sparse;         /* NULL: the table is searched whole */
+};
 
 static object_t objects[OBJECTS_MAX];
 static atomic_uint objects_n;
@@ -707,64 +542,100 @@ static atomic_uint objects_n;
 static _Atomic(uintptr_t) objects_writer;
 static _Atomic int64_t objects_setup_ns;
 /* How long a miss waits for another thread's setup of the object it is in (a setup reads the
- * file's search table: node's 600 KB in ten reads, ~0.1 ms) rather than read the tables
- * through the mapping, whose one binary search over node's table made 320 KiB of it this
- * process's RSS (test/native/footprint.test.ts). Past it, or nested in its own thread's
- * setup (a signal handler), the mapping is read. The wait is counted from the setup's start, so
- * a setup that never ends (its thread cancelled in a read) makes later misses wait no more. */
+ * search table once: node's 600 KB, ~0.2 ms) rather than search the table whole itself. Past
+ * it, or nested in its own thread's setup (a signal handler), it searches whole. The wait is
+ * counted from the setup's start, so a setup that never ends makes later misses wait no more. */
 #define SETUP_WAIT_NS 5000000ll
 static int32_t sparse_pool[SPARSE_POOL];
 static unsigned sparse_used;
-static atomic_ullong rules_by_file, rules_by_mapping; /* misses answered each way (test builds print them) */
+static atomic_ullong rules_parsed, bytes_given; /* misses parsed, bytes handed back (test builds print them) */
 
-/* As objects_writer: whether o's tables can be read from its file; fills o. */
-static bool object_setup(object_t* o, const uint8_t* hdr, const struct dl_find_object* info) {
+static void note_read(mp_unwind_walk_t* walk, const object_t* o, uintptr_t at, size_t len) {
+  if (walk == NULL || o == NULL || o->give_lo == o->give_hi || len == 0) return;
 #ifdef MP_TEST_HOOKS
-  if (mp_test_hook("MP_TEST_UNWIND_MAPPED")) return false; /* the control: through the mapping, as before */
+  if (mp_test_hook("MP_TEST_UNWIND_KEEP_PAGES")) return; /* the footprint gate's control */
 #endif
-  const struct link_map* lm = info->dlfo_link_map;
-  const char* name = lm != NULL && lm->l_name != NULL && lm->l_name[0] != 0 ? lm->l_name : "/proc/self/exe";
-  size_t len = strlen(name);
-  mp_mapping_t m;
-  if (len >= sizeof(o->path) || !mp_mapping_query((uintptr_t)hdr, &m) || m.inode == 0) return false;
-  struct stat st;
-  int fd = tracked_open(name, 0, 0, &st);
-  if (fd < 0) return false;
-  bool ok = st.st_ino == m.inode && major(st.st_dev) == m.dev_major && minor(st.st_dev) == m.dev_minor;
-  o->ino = st.st_ino;
-  o->dev = st.st_dev;
-  o->src = (source_t){fd, m.start, m.start, m.end, m.offset, &o->cies};
-  uint8_t head[32];
-  ok = ok && pread(fd, head, sizeof(head), (off_t)(m.offset + ((uintptr_t)hdr - m.start))) == (ssize_t)sizeof(head) &&
-       parse_hdr(head, hdr, &o->count, &o->table_rel) && (uintptr_t)hdr + o->table_rel + o->count * 8 <= m.end;
-  unsigned starts = ok ? (unsigned)((o->count + SPARSE_STEP - 1) / SPARSE_STEP) : 0;
-  ok = ok && starts <= SPARSE_POOL - sparse_used;
-  int32_t* sparse = sparse_pool + sparse_used;
-  /* The table read once in chunks of SETUP_CHUNK bytes, a whole number of blocks (node's
-   * 600 KB in ten reads). Without a buffer the mapping is read instead. */
-  uint64_t table_off = m.offset + ((uintptr_t)hdr - m.start) + o->table_rel;
-  int32_t* chunk = ok ? mp_os_alloc_transient(SETUP_CHUNK) : NULL;
-  ok = ok && chunk != NULL;
-  for (unsigned i = 0; ok && i < starts;) {
-    uint64_t first = (uint64_t)i * SPARSE_STEP;
-    size_t entries = o->count - first < SETUP_CHUNK / 8 ? (size_t)(o->count - first) : SETUP_CHUNK / 8;
-    ok = pread(fd, chunk, entries * 8, (off_t)(table_off + first * 8)) == (ssize_t)(entries * 8);
-    for (size_t k = 0; ok && k < entries; k += SPARSE_STEP) sparse[i++] = chunk[2 * k];
-  }
-  if (chunk != NULL) mp_os_free(chunk, SETUP_CHUNK);
-  tracked_close(fd);
-  o->src.fd = -1;
-  if (!ok) return false;
-  sparse_used += starts;
-  o->sparse = sparse;
-  memcpy(o->path, name, len + 1);
-  return true;
+  uintptr_t lo = at & ~(WINDOW - 1), hi = (at + len + WINDOW - 1) & ~(WINDOW - 1);
+  if (lo < o->give_lo) lo = o->give_lo;
+  if (hi > o->give_hi) hi = o->give_hi;
+  if (lo >= hi) return;
+  for (unsigned i = 0; i < walk->n; i++) /* merged with a range it overlaps or touches */
+    if (lo <= walk->hi[i] && walk->lo[i] <= hi) {
+      if (lo < walk->lo[i]) walk->lo[i] = lo;
+      if (hi > walk->hi[i]) walk->hi[i] = hi;
+      return;
+    }
+  if (walk->n == MP_UNWIND_WALK_RANGES) mp_unwind_walk_end(walk);
+  walk->lo[walk->n] = lo;
+  walk->hi[walk->n] = hi;
+  walk->n++;
 }
 
+void mp_unwind_walk_end(mp_unwind_walk_t* walk) {
+  if (walk->n == 0) return;
+  int saved = errno;
+  for (unsigned i = 0; i < walk->n; i++) {
+    mp_assert(walk->lo[i] < walk->hi[i] && (walk->lo[i] & 4095) == 0 && (walk->hi[i] & 4095) == 0);
+    if (madvise((void*)walk->lo[i], walk->hi[i] - walk->lo[i], MADV_DONTNEED) == 0)
+      atomic_fetch_add_explicit(&bytes_given, walk->hi[i] - walk->lo[i], memory_order_relaxed);
+  }
+  errno = saved;
+  walk->n = 0;
+}
+
+/* The pages of o, from hdr's on, that hold the file's bytes as the loader mapped them (see
+ * above), from the object's own ELF and program headers at its mapping's start. */
+static void givable_range(object_t* o, const uint8_t* hdr, const struct dl_find_object* info) {
+  o->give_lo = o->give_hi = 0;
+  const struct link_map* lm = info->dlfo_link_map;
+  uintptr_t start = (uintptr_t)info->dlfo_map_start, end = (uintptr_t)info->dlfo_map_end;
+  if (lm == NULL || start == getauxval(AT_SYSINFO_EHDR) || end - start < sizeof(ElfW(Ehdr))) return;
+  const ElfW(Ehdr)* eh = (const ElfW(Ehdr)*)start;
+  if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_phentsize != sizeof(ElfW(Phdr)) ||
+      eh->e_phoff > end - start || (size_t)eh->e_phnum * sizeof(ElfW(Phdr)) > end - start - eh->e_phoff)
+    return;
+  const ElfW(Phdr)* ph = (const ElfW(Phdr)*)(start + eh->e_phoff);
+  uintptr_t page = (uintptr_t)getpagesize(), lo = 0, hi = 0;
+  bool header_mapped = false;
+  for (unsigned i = 0; i < eh->e_phnum; i++) {
+    uintptr_t seg = lm->l_addr + ph[i].p_vaddr;
+    if (ph[i].p_type == PT_LOAD && ph[i].p_offset == 0 && (seg & ~(page - 1)) == start) header_mapped = true;
+    if (ph[i].p_type == PT_GNU_RELRO && seg < (uintptr_t)hdr + 1 && (uintptr_t)hdr < seg + ph[i].p_memsz) return;
+    if (ph[i].p_type != PT_LOAD || (uintptr_t)hdr < seg || (uintptr_t)hdr >= seg + ph[i].p_filesz) continue;
+    if ((ph[i].p_flags & (PF_W | PF_X)) != 0) return;
+    lo = (uintptr_t)hdr & ~(page - 1);
+    hi = (seg + ph[i].p_filesz) & ~(page - 1); /* the last partial page is left alone */
+  }
+  if (!header_mapped || lo >= hi) return;
+  for (const ElfW(Dyn)* d = lm->l_ld; d != NULL && d->d_tag != DT_NULL; d++)
+    if (d->d_tag == DT_TEXTREL || (d->d_tag == DT_FLAGS && (d->d_un.d_val & DF_TEXTREL) != 0)) return;
+  o->give_lo = lo;
+  o->give_hi = hi;
+}
+
+/* As objects_writer: fills o (its search table kept sparsely when the pool has room). */
+static void object_setup(object_t* o, const uint8_t* hdr, const struct dl_find_object* info) {
+  givable_range(o, hdr, info);
+  o->sparse = NULL;
+  if (!parse_hdr(hdr, &o->count, &o->table_rel)) {
+    o->count = 0;
+    return;
+  }
+  unsigned starts = (unsigned)((o->count + SPARSE_STEP - 1) / SPARSE_STEP);
+  if (starts > SPARSE_POOL - sparse_used) return;
+  const int32_t* table = (const int32_t*)(const void*)(hdr + o->table_rel);
+  int32_t* sparse = sparse_pool + sparse_used;
+  for (unsigned i = 0; i < starts; i++) sparse[i] = table[2 * (size_t)i * SPARSE_STEP];
+  mp_unwind_walk_t walk = MP_UNWIND_WALK_INIT;
+  note_read(&walk, o, (uintptr_t)table, (size_t)o->count * 8);
+  mp_unwind_walk_end(&walk);
+  sparse_used += starts;
+  o->sparse = sparse;
+}
 
 /* The object entry of hdr, made at its first miss; NULL when another thread's setup took too
  * long or this thread's own is under way (see SETUP_WAIT_NS). */
-static const object_t* object_of(const uint8_t* hdr, const struct dl_find_object* info) {
+static object_t* object_of(const uint8_t* hdr, const struct dl_find_object* info) {
   uintptr_t me = (uintptr_t)&mp_tls;
   int64_t deadline = 0;
   for (unsigned spins = 0;; spins++) {
@@ -790,9 +661,7 @@ static const object_t* object_of(const uint8_t* hdr, const struct dl_find_object
     if (atomic_load_explicit(&objects[i].hdr, memory_order_relaxed) == hdr) o = &objects[i];
   if (o == NULL && n < OBJECTS_MAX) {
     o = &objects[n];
-    int saved = errno;
-    o->by_file = object_setup(o, hdr, info);
-    errno = saved;
+    object_setup(o, hdr, info);
     atomic_store_explicit(&o->hdr, hdr, memory_order_release);
     atomic_store_explicit(&objects_n, n + 1, memory_order_release);
   }
@@ -801,46 +670,32 @@ static const object_t* object_of(const uint8_t* hdr, const struct dl_find_object
   return o;
 }
 
-/* The rule at pc from o's file: 1 found, 0 no usable FDE covers pc (a frame-pointer step),
- * -1 the file could not be read (the caller reads the mapping). */
-static int rule_by_file(mp_unwind_walk_t* walk, const object_t* o, const uint8_t* hdr, uintptr_t pc,
-                        mp_unwind_rule_t* out) {
+/* The FDE that may cover pc: by o's sparse table and one block of its search table, or (o
+ * without one, or NULL) by a binary search of the whole table. */
+static uintptr_t fde_of(mp_unwind_walk_t* walk, object_t* o, const uint8_t* hdr, uintptr_t pc) {
+  uint64_t count;
+  uint32_t table_rel;
+  if (o != NULL) {
+    if (o->count == 0) return 0;
+    count = o->count;
+    table_rel = o->table_rel;
+  } else if (!parse_hdr(hdr, &count, &table_rel)) {
+    return 0;
+  }
+  const int32_t* table = (const int32_t*)(const void*)(hdr + table_rel);
   intptr_t rel = (intptr_t)(pc - (uintptr_t)hdr);
-  if (rel < o->sparse[0]) return 0;
-  size_t lo = last_at_or_below(o->sparse, 1, (size_t)((o->count + SPARSE_STEP - 1) / SPARSE_STEP), rel);
-  uint64_t first = (uint64_t)lo * SPARSE_STEP;
-  size_t n = o->count - first < SPARSE_STEP ? (size_t)(o->count - first) : SPARSE_STEP;
-  int saved = errno;
-  int result = -1;
-  if (walk->object != o) { /* the walk's first miss in o: the previous object's file is done with */
-    mp_unwind_walk_end(walk);
-    walk->fd = tracked_open(o->path, o->ino, o->dev, NULL);
-    walk->object = o;
+  if (o != NULL && o->sparse != NULL) {
+    if (rel < o->sparse[0]) return 0;
+    size_t lo = last_at_or_below(o->sparse, 1, (size_t)((count + SPARSE_STEP - 1) / SPARSE_STEP), rel);
+    uint64_t first = (uint64_t)lo * SPARSE_STEP;
+    size_t n = count - first < SPARSE_STEP ? (size_t)(count - first) : SPARSE_STEP;
+    const int32_t* block = table + 2 * first;
+    note_read(walk, o, (uintptr_t)block, n * 8);
+    return (uintptr_t)hdr + (uintptr_t)(intptr_t)block[2 * last_at_or_below(block, 2, n, rel) + 1];
   }
-  source_t src = o->src;
-  src.fd = walk->fd;
-  if (src.fd >= 0) {
-    int32_t block[2 * SPARSE_STEP];
-    uintptr_t at = (uintptr_t)hdr + o->table_rel + first * 8;
-    if (pread(src.fd, block, n * 8, (off_t)(src.off + (at - src.base))) == (ssize_t)(n * 8)) {
-      size_t a = last_at_or_below(block, 2, n, rel); /* block[0] is sparse[lo] <= rel */
-      mp_unwind_rule_t r;
-      result = rule_from_fde(&src, (uintptr_t)hdr + (uintptr_t)(intptr_t)block[2 * a + 1], pc, (uintptr_t)hdr, &r);
-      if (result > 0) *out = r;
-    }
-  }
-  errno = saved;
-  return result;
-}
-
-void mp_unwind_walk_end(mp_unwind_walk_t* walk) {
-  if (walk->fd >= 0) {
-    int saved = errno;
-    tracked_close(walk->fd);
-    errno = saved;
-  }
-  walk->fd = -1;
-  walk->object = NULL;
+  if (rel < table[0]) return 0;
+  note_read(walk, o, (uintptr_t)table, (size_t)count * 8);
+  return (uintptr_t)hdr + (uintptr_t)(intptr_t)table[2 * last_at_or_below(table, 2, count, rel) + 1];
 }
 
 static void lookup_uncached(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule_t* out) {
@@ -854,24 +709,16 @@ static void lookup_uncached(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule
 #endif
   if (_dl_find_object((void*)pc, &info) != 0 || info.dlfo_eh_frame == NULL) return; /* JIT code or no object */
   const uint8_t* hdr = info.dlfo_eh_frame;
-  const object_t* o = object_of(hdr, &info);
-  if (o != NULL && o->by_file) {
-    int got = rule_by_file(walk, o, hdr, pc, out);
-    if (got >= 0) {
-      atomic_fetch_add_explicit(&rules_by_file, 1, memory_order_relaxed);
-      return;
-    }
-  }
-  atomic_fetch_add_explicit(&rules_by_mapping, 1, memory_order_relaxed);
-  const uint8_t* fde = find_fde(hdr, pc);
+  object_t* o = object_of(hdr, &info);
+  atomic_fetch_add_explicit(&rules_parsed, 1, memory_order_relaxed);
+  uintptr_t fde = fde_of(walk, o, hdr, pc);
   mp_unwind_rule_t r;
-  if (fde != NULL && rule_from_fde(&mapped, (uintptr_t)fde, pc, (uintptr_t)hdr, &r) > 0) *out = r;
+  if (fde != 0 && rule_from_fde(walk, o, o != NULL ? &o->cies : NULL, fde, pc, (uintptr_t)hdr, &r)) *out = r;
 }
 
-void mp_unwind_counts(uint64_t* by_file, uint64_t* by_mapping, uint64_t* long_fdes) {
-  *long_fdes = atomic_load(&fdes_read_whole);
-  *by_file = atomic_load(&rules_by_file);
-  *by_mapping = atomic_load(&rules_by_mapping);
+void mp_unwind_counts(uint64_t* parsed, uint64_t* given) {
+  *parsed = atomic_load(&rules_parsed);
+  *given = atomic_load(&bytes_given);
 }
 
 /* ---- the cache ---------------------------------------------------------------------------------- */
@@ -926,7 +773,7 @@ static bool cached(const set_t* set, uintptr_t pc, mp_unwind_rule_t* out) {
 
 void mp_unwind_rule(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule_t* out) {
 #ifdef MP_TEST_HOOKS
-  if (mp_test_hook("MP_TEST_UNWIND_NOCACHE")) { /* the fork gate's descriptor check: a file opened per walk */
+  if (mp_test_hook("MP_TEST_UNWIND_NOCACHE")) { /* every lookup a miss */
     lookup_uncached(walk, pc, out);
     return;
   }
@@ -952,37 +799,7 @@ void mp_unwind_rule(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule_t* out)
   atomic_flag_clear_explicit(&writer, memory_order_release);
 }
 
-/* An open under way in another thread (its slot claimed, -1, the descriptor not yet stored)
- * would give the child a descriptor that no slot names and nothing closes. So a fork first says
- * it is coming (opens and closes that start now wait for it to end), then waits for those
- * under way, which take microseconds once their thread runs: at most 20 ms, for a thread
- * descheduled in one, and not at all in a handler that forks from inside this thread's own.
- * The flag and the slots are seq_cst: an open either sees the fork, or the fork sees its slot. */
-void mp_unwind_fork_prepare(void) {
-#ifdef MP_TEST_HOOKS
-  if (mp_test_hook("MP_TEST_SKIP_OPEN_WAIT")) return; /* the fork gate's control */
-#endif
-  atomic_fetch_add(&forking, 1);
-  if (holds_busy) return;
-  int64_t deadline = 0;
-  for (unsigned i = 0; i < TRACKED_MAX; i++)
-    while (atomic_load(&tracked[i]) == -1)
-      if (!mp_wait_turn(&deadline, 20000000)) return;
-}
-
-void mp_unwind_fork_parent(void) {
-#ifdef MP_TEST_HOOKS
-  if (mp_test_hook("MP_TEST_SKIP_OPEN_WAIT")) return;
-#endif
-  atomic_fetch_sub(&forking, 1);
-}
-
-void mp_unwind_child_reinit(void) {
-  atomic_store(&forking, 0); /* the child's only thread is the one that forked */
-  for (unsigned i = 0; i < TRACKED_MAX; i++) { /* other threads' walks, gone with their threads */
-    int v = atomic_exchange(&tracked[i], 0);
-    if (v > 0) close(v - 1);
-  }
+void mp_unwind_child_reinit(void) { /* the child's only thread is the one that forked */
   atomic_flag_clear(&writer);
   atomic_store(&objects_writer, 0);
   atomic_store(&objects_setup_ns, 0);
@@ -1008,11 +825,9 @@ void mp_unwind_rule(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule_t* out)
   out->fp_off = 0;
 }
 void mp_unwind_child_reinit(void) {}
-void mp_unwind_fork_prepare(void) {}
-void mp_unwind_fork_parent(void) {}
 void mp_unwind_walk_end(mp_unwind_walk_t* walk) { (void)walk; }
 void mp_unwind_init(void) {}
 void mp_unwind_prefetch(uintptr_t pc) { (void)pc; }
-void mp_unwind_counts(uint64_t* by_file, uint64_t* by_mapping, uint64_t* long_fdes) { *by_file = *by_mapping = *long_fdes = 0; }
+void mp_unwind_counts(uint64_t* parsed, uint64_t* given) { *parsed = *given = 0; }
 
 #endif
