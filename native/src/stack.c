@@ -68,6 +68,10 @@ static void learn_text(void* symbol, text_range_t* r) {
 
 static bool within(const text_range_t* r, uintptr_t pc) { return pc - r->lo < r->hi - r->lo; }
 
+#if MP_UNWIND_CFI && defined(MP_TEST_HOOKS)
+static void report_check(void);
+#endif
+
 void mp_stack_init(void) {
   static bool done;
   if (done) return;
@@ -75,6 +79,10 @@ void mp_stack_init(void) {
   learn_text((void*)&mp_stack_capture, &self_text);
   learn_text((void*)&getpid, &libc_text);
   mp_unwind_init();
+#if MP_UNWIND_CFI && defined(MP_TEST_HOOKS)
+  /* here, not at the first check: a sample inside atexit's own allocation holds its lock */
+  if (mp_test_hook("MP_TEST_UNWIND_CHECK")) atexit(report_check);
+#endif
   /* glibc loads libgcc_s (dlopen) at the first backtrace: now, not inside a sampled malloc.
    * Since glibc 2.34 a size of 0 loads it and unwinds nothing: an unwind here would read the
    * eh_frame of libc and of the loader through their mappings, whose fault-around made
@@ -407,8 +415,6 @@ static void report_check(void) {
 }
 
 static void check_against_reference(const uintptr_t* frames, unsigned n, unsigned max) {
-  static atomic_bool registered;
-  if (!atomic_exchange(&registered, true)) atexit(report_check);
   mp_thread_t* t = &mp_tls;
   uintptr_t here = (uintptr_t)__builtin_frame_address(0);
   if (t->scratch == NULL || here < t->stack_lo || here >= t->stack_hi) return;

@@ -584,29 +584,44 @@ void mp_unwind_walk_end(mp_unwind_walk_t* walk) {
 }
 
 /* The pages of o, from hdr's on, that hold the file's bytes as the loader mapped them (see
- * above), from the object's own ELF and program headers at its mapping's start. */
+ * above), from the object's program headers: the executable's from the auxiliary vector (its
+ * dlfo_map_start may be its text, not its first segment), a library's from its ELF header at
+ * the start of its mapping. */
 static void givable_range(object_t* o, const uint8_t* hdr, const struct dl_find_object* info) {
   o->give_lo = o->give_hi = 0;
   const struct link_map* lm = info->dlfo_link_map;
   uintptr_t start = (uintptr_t)info->dlfo_map_start, end = (uintptr_t)info->dlfo_map_end;
-  if (lm == NULL || start == getauxval(AT_SYSINFO_EHDR) || end - start < sizeof(ElfW(Ehdr))) return;
-  const ElfW(Ehdr)* eh = (const ElfW(Ehdr)*)start;
-  if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_phentsize != sizeof(ElfW(Phdr)) ||
-      eh->e_phoff > end - start || (size_t)eh->e_phnum * sizeof(ElfW(Phdr)) > end - start - eh->e_phoff)
-    return;
-  const ElfW(Phdr)* ph = (const ElfW(Phdr)*)(start + eh->e_phoff);
+  if (lm == NULL || start == getauxval(AT_SYSINFO_EHDR)) return;
+  const ElfW(Phdr)* ph;
+  size_t phnum;
+  if (lm->l_name == NULL || lm->l_name[0] == 0) { /* the executable */
+    ph = (const ElfW(Phdr)*)getauxval(AT_PHDR);
+    phnum = getauxval(AT_PHNUM);
+    if (ph == NULL || getauxval(AT_PHENT) != sizeof(ElfW(Phdr))) return;
+  } else {
+    const ElfW(Ehdr)* eh = (const ElfW(Ehdr)*)start;
+    if (end - start < sizeof(ElfW(Ehdr)) || memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 ||
+        eh->e_phentsize != sizeof(ElfW(Phdr)) || eh->e_phoff > end - start ||
+        (size_t)eh->e_phnum * sizeof(ElfW(Phdr)) > end - start - eh->e_phoff)
+      return;
+    ph = (const ElfW(Phdr)*)(start + eh->e_phoff);
+    phnum = eh->e_phnum;
+    bool header_mapped = false; /* the header read is the object's own: its first segment maps it */
+    for (size_t i = 0; i < phnum; i++)
+      header_mapped = header_mapped || (ph[i].p_type == PT_LOAD && ph[i].p_offset == 0 &&
+                                        ((lm->l_addr + ph[i].p_vaddr) & ~(uintptr_t)4095) == start);
+    if (!header_mapped) return;
+  }
   uintptr_t page = (uintptr_t)getpagesize(), lo = 0, hi = 0;
-  bool header_mapped = false;
-  for (unsigned i = 0; i < eh->e_phnum; i++) {
+  for (size_t i = 0; i < phnum; i++) {
     uintptr_t seg = lm->l_addr + ph[i].p_vaddr;
-    if (ph[i].p_type == PT_LOAD && ph[i].p_offset == 0 && (seg & ~(page - 1)) == start) header_mapped = true;
-    if (ph[i].p_type == PT_GNU_RELRO && seg < (uintptr_t)hdr + 1 && (uintptr_t)hdr < seg + ph[i].p_memsz) return;
+    if (ph[i].p_type == PT_GNU_RELRO && seg <= (uintptr_t)hdr && (uintptr_t)hdr < seg + ph[i].p_memsz) return;
     if (ph[i].p_type != PT_LOAD || (uintptr_t)hdr < seg || (uintptr_t)hdr >= seg + ph[i].p_filesz) continue;
     if ((ph[i].p_flags & (PF_W | PF_X)) != 0) return;
     lo = (uintptr_t)hdr & ~(page - 1);
     hi = (seg + ph[i].p_filesz) & ~(page - 1); /* the last partial page is left alone */
   }
-  if (!header_mapped || lo >= hi) return;
+  if (lo >= hi) return;
   for (const ElfW(Dyn)* d = lm->l_ld; d != NULL && d->d_tag != DT_NULL; d++)
     if (d->d_tag == DT_TEXTREL || (d->d_tag == DT_FLAGS && (d->d_un.d_val & DF_TEXTREL) != 0)) return;
   o->give_lo = lo;
