@@ -15,7 +15,7 @@ import { mi3Dir, mi3Library } from './mimalloc3.mjs';
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const SECOND_PASS = /^(native|node|reliability|run)\//;
 // The gates once more on the debug build (native/Makefile DEBUG=1: internal assertions on).
-const DEBUG_PASS = /^(reliability\/(churn|fork|dumps|node)|native\/(regressions|stress|api|resident|direct))\.test\.js$/;
+const DEBUG_PASS = /^(reliability\/(churn|fork|dumps|node|hostile(-\w+)?)|native\/(regressions|stress|api|resident|direct))\.test\.js$/;
 
 const args = process.argv.slice(2);
 let only = '';

@@ -539,12 +539,32 @@ static uintptr_t alt_stack_top(uintptr_t here) {
   return on ? (uintptr_t)ss.ss_sp + ss.ss_size : 0;
 }
 
+#ifdef MP_TEST_HOOKS
+static unsigned capture(uintptr_t* frames, unsigned max, void* ra, uintptr_t sp, uintptr_t fp, uintptr_t stop_sp);
+#endif
+
 unsigned mp_stack_capture(uintptr_t* frames, unsigned max, void* ra, uintptr_t sp, uintptr_t fp, uintptr_t stop_sp) {
   mp_thread_t* t = &mp_tls;
   mp_assert(t->in_profiler && mp_locks_held() == 0);
   if (max == 0) return 0;
   if (t->stack_lo == 0 && t->stack_hi == 0) bounds_unknown(t);
   frames[0] = (uintptr_t)ra;
+#ifdef MP_TEST_HOOKS
+  /* the fork gate's control: a file held open across the walk, as when rules came from files */
+  int held = mp_test_hook("MP_TEST_SAMPLE_OPEN") ? open("/proc/self/maps", O_RDONLY | O_CLOEXEC) : -1;
+  if (mp_test_hook("MP_TEST_STACK_HOG")) { /* the stack gates' control: 8 KiB of scratch on the stack, as before */
+    volatile uint8_t hog[8192];
+    for (size_t i = 0; i < sizeof(hog); i += 512) hog[i] = (uint8_t)i;
+    (void)hog[sizeof(hog) - 1];
+  }
+  unsigned n = capture(frames, max, ra, sp, fp, stop_sp);
+  if (held >= 0) close(held);
+  return n;
+}
+
+static unsigned capture(uintptr_t* frames, unsigned max, void* ra, uintptr_t sp, uintptr_t fp, uintptr_t stop_sp) {
+  mp_thread_t* t = &mp_tls;
+#endif
   uintptr_t here = (uintptr_t)__builtin_frame_address(0);
   bool on_own = here >= t->stack_lo && here < t->stack_hi;
 #if MP_UNWIND_CFI
