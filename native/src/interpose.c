@@ -425,14 +425,20 @@ EXPORT int pthread_mutex_unlock(pthread_mutex_t* mutex) {
   return mp_libc_mutex_unlock(mutex);
 }
 
-/* ---- mmap and munmap: which mappings are mimalloc's (resident.c) ----------------------------
+/* ---- mmap, munmap and mremap: which mappings are mimalloc's (resident.c) ------------------
  * Straight to the kernel, as glibc's own wrappers do on x86-64 (they only turn the result into
  * errno): glibc exports no other public name for them, and mimalloc maps during its own
  * initialisation, before any constructor of this library, where no lookup may run. Off
- * x86-64 glibc nothing is interposed, and the RSS breakdown says mimalloc's part is unknown. */
+ * x86-64 glibc nothing is interposed, and the RSS breakdown says mimalloc's part is unknown.
+ * The record is told before a call that frees addresses and after it (resident.h): after
+ * alone, another thread could be given the addresses in between. errno and the result are
+ * the system call's, whatever the record does. */
 #if defined(__x86_64__) && defined(__GLIBC__)
+#include <stdarg.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+
+#include "resident.h"
 
 EXPORT void* mmap(void* addr, size_t len, int prot, int flags, int fd, off_t offset) {
   void* p = (void*)syscall(SYS_mmap, addr, len, prot, flags, fd, offset);
@@ -446,8 +452,31 @@ EXPORT void* mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off
 EXPORT void* mmap64(void* addr, size_t len, int prot, int flags, int fd, off_t offset) __attribute__((alias("mmap")));
 
 EXPORT int munmap(void* addr, size_t len) {
+  uint64_t ticket = mp_resident_unmap_begin(addr, len);
   int rc = (int)syscall(SYS_munmap, addr, len);
-  if (rc == 0) mp_resident_unmapped(addr, len);
+  if (ticket != 0) {
+    int saved = errno;
+    mp_resident_unmap_end(ticket, addr, len, rc == 0);
+    errno = saved;
+  }
   return rc;
+}
+
+/* glibc's prototype: the new address is read only with MREMAP_FIXED, as glibc's own does. */
+EXPORT void* mremap(void* old, size_t old_len, size_t new_len, int flags, ...) {
+  void* target = NULL;
+  if (flags & MREMAP_FIXED) {
+    va_list ap;
+    va_start(ap, flags);
+    target = va_arg(ap, void*);
+    va_end(ap);
+  }
+  mp_remap_t st;
+  mp_resident_remap_begin(&st, old, old_len, new_len, flags);
+  void* p = (void*)syscall(SYS_mremap, old, old_len, new_len, flags, target);
+  int saved = errno;
+  mp_resident_remap_end(&st, p);
+  errno = saved;
+  return p;
 }
 #endif
