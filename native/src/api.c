@@ -8,13 +8,19 @@
  * Stop: mark stopped, narrow the filter, drop every record and bucket.
  * A library that does not interpose malloc (loaded with dlopen, not preloaded or linked)
  * sees no allocation: start fails with ENOTSUP and says so once, rather than "succeed" and
- * record nothing. */
+ * record nothing.
+ * Cancellation: every entry point here that calls anything runs with cancellation disabled
+ * (cancel.h), so a pthread_cancel never unwinds a thread out of the middle of one, with the
+ * lifecycle lock or the registry's held. The ones that only read an atomic or this thread's
+ * TLS (mi_prof_is_enabled, mi_prof_thread_exclude, mi_prof_memory_events_enabled) call nothing
+ * and have no bracket. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <mimalloc.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cancel.h"
 #include "internal.h"
 
 mp_state_t mp_state;
@@ -66,6 +72,7 @@ bool mi_prof_stats_get(mi_prof_stats_t* stats) {
   unsigned version = mp_struct_version(stats, sizeof(*stats), STATS_V1_SIZE);
   if (version == 0) return false;
   bool v1 = version == 1;
+  int cancel = mp_cancel_off();
   bool guard = mp_tls.in_profiler;
 #ifdef MP_TEST_HOOKS
   if (!mp_test_hook("MP_TEST_UNGUARDED_STATS")) /* the debug build's control: locks taken unguarded */
@@ -74,6 +81,7 @@ bool mi_prof_stats_get(mi_prof_stats_t* stats) {
   mi_prof_stats_t full;
   mp_stats_fill(&full);
   mp_profiler_leave(&mp_tls, guard);
+  mp_cancel_restore(cancel);
   if (v1) {
     full.size = (uint32_t)STATS_V1_SIZE;
     full.version = 1;
@@ -84,6 +92,7 @@ bool mi_prof_stats_get(mi_prof_stats_t* stats) {
 
 /* ---- start / stop --------------------------------------------------------------------------- */
 bool mp_start_with(const params_t* p) {
+  int cancel = mp_cancel_off(); /* resync pauses under the lifecycle and registry locks */
   bool guard = mp_tls.in_profiler;
   mp_tls.in_profiler = true;
   bool ok = false;
@@ -115,6 +124,7 @@ bool mp_start_with(const params_t* p) {
   }
   mp_unlock(&mp_api_lock);
   mp_profiler_leave(&mp_tls, guard);
+  mp_cancel_restore(cancel);
   return ok;
 }
 
@@ -160,6 +170,7 @@ bool mi_prof_start_ex(const mi_prof_config_t* c) {
 }
 
 void mi_prof_stop(void) {
+  int cancel = mp_cancel_off();
   bool guard = mp_tls.in_profiler;
   mp_tls.in_profiler = true;
   mp_lock(&mp_api_lock);
@@ -183,9 +194,11 @@ void mi_prof_stop(void) {
   }
   mp_unlock(&mp_api_lock);
   mp_profiler_leave(&mp_tls, guard);
+  mp_cancel_restore(cancel);
 }
 
 void mi_prof_reset(void) {
+  int cancel = mp_cancel_off();
   bool guard = mp_tls.in_profiler;
   mp_tls.in_profiler = true;
   mp_lock(&mp_api_lock);
@@ -196,6 +209,7 @@ void mi_prof_reset(void) {
   atomic_store(&mp_exact.resizes, 0);
   mp_unlock(&mp_api_lock);
   mp_profiler_leave(&mp_tls, guard);
+  mp_cancel_restore(cancel);
 }
 
 bool mi_prof_is_enabled(void) { return atomic_load(&mp_state.running); }
@@ -206,14 +220,17 @@ bool mi_prof_thread_exclude(bool exclude) {
   return was;
 }
 
+/* mp_dump brackets itself (dump.c): it also runs at exit and from the periodic thread. */
 bool mi_prof_dump(const char* path) { return mp_dump(path, MP_FORMAT_TEXT, false); }
 bool mi_prof_dump_proto(const char* path) { return mp_dump(path, MP_FORMAT_PROTO, false); }
 bool mi_prof_dump_peak(const char* path) { return mp_dump(path, MP_FORMAT_TEXT, true); }
 bool mi_prof_dump_peak_proto(const char* path) { return mp_dump(path, MP_FORMAT_PROTO, true); }
 
 bool mi_prof_peak(double* bytes, uint64_t* unix_ns, uint64_t* snapshots) {
+  int cancel = mp_cancel_off();
   mp_peak_t p;
   mp_table_peak(&p);
+  mp_cancel_restore(cancel);
   if (bytes != NULL) *bytes = p.bytes;
   if (unix_ns != NULL) *unix_ns = p.ns;
   if (snapshots != NULL) *snapshots = p.snapshots;
@@ -224,6 +241,7 @@ bool mi_prof_peak(double* bytes, uint64_t* unix_ns, uint64_t* snapshots) {
  * where it sees the switch. Frees are counted at once, so a block allocated before the
  * switch and freed after it lowers the live figures: they are exact from the switch on. */
 void mi_prof_memory_events_enable(bool enable) {
+  int cancel = mp_cancel_off(); /* resync pauses under the lifecycle and registry locks */
   bool guard = mp_tls.in_profiler;
   mp_tls.in_profiler = true;
   mp_lock(&mp_api_lock);
@@ -234,6 +252,7 @@ void mi_prof_memory_events_enable(bool enable) {
   }
   mp_unlock(&mp_api_lock);
   mp_profiler_leave(&mp_tls, guard);
+  mp_cancel_restore(cancel);
 }
 
 bool mi_prof_memory_events_enabled(void) { return atomic_load(&mp_events_on); }

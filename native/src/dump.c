@@ -2,7 +2,11 @@
  * beside the target (O_EXCL, mode 0600), fsync'd and renamed over it. Any failure removes
  * the temporary file and returns false with errno set; a reader never sees a partial
  * profile. SIGXFSZ is blocked while writing so an RLIMIT_FSIZE overrun is an error
- * (EFBIG), not the death of the process. No profiler lock is held while writing. */
+ * (EFBIG), not the death of the process. No profiler lock is held while writing.
+ * The whole dump runs with cancellation disabled (cancel.h): open, write, fsync and close are
+ * cancellation points, and a thread cancelled there would leave its guard set, the snapshot's
+ * memory and descriptor behind, and the temporary file in place. Bracketed here, not in the
+ * API, because dumps also run at exit, on SIGTERM and from the periodic thread. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -13,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cancel.h"
 #include "internal.h"
 
 static atomic_uint tmp_counter;
@@ -34,6 +39,7 @@ static bool tmp_name(const char* path, char* out, size_t cap) {
 }
 
 bool mp_dump(const char* path_in, mp_format_t format, bool peak) {
+  int cancel = mp_cancel_off();
   mp_thread_t* t = &mp_tls;
   bool guard = t->in_profiler;
   t->in_profiler = true;
@@ -97,6 +103,7 @@ done:
   if (out != NULL) mp_os_free(out, sizeof(mp_out_t));
   if (snap.rows != NULL) mp_snapshot_free(&snap);
   mp_profiler_leave(t, guard);
+  mp_cancel_restore(cancel);
   if (err != 0) errno = err;
   return err == 0;
 }

@@ -11,11 +11,16 @@
  *  - the callback table is read under a sequence count (readers write nothing shared, so
  *    threads do not contend); writers are serialised by table_lock and make the count odd
  *    while they write;
- *  - no lock of this library is held while user code (a callback, a visitor) runs. */
+ *  - no lock of this library is held while user code (a callback, a visitor) runs;
+ *  - cancellation is disabled (cancel.h) across every entry point that calls anything and
+ *    across a callback: a callback runs inside the program's malloc or free, which POSIX does
+ *    not make a cancellation point, so a cancel pending there waits for the program's next
+ *    one. The snapshot and the "is enabled" reads call nothing and have no bracket. */
 #define _GNU_SOURCE
 #include <mimalloc.h>
 #include <sched.h>
 
+#include "cancel.h"
 #include "internal.h"
 #include "mimalloc-pprof/memory-events.h"
 
@@ -61,12 +66,15 @@ void mp_events_report(unsigned kind, int64_t delta, int64_t total, size_t reques
 #else
   bool suppress = true;
 #endif
+  int cancel = mp_cancel_off(); /* only with a handler installed: never on a fast path */
   t->in_callback = suppress;
   fn(&change, arg);
   t->in_callback = false;
+  mp_cancel_restore(cancel);
 }
 
 bool mi_memory_set_callbacks(const mi_memory_callbacks_t* callbacks) {
+  int cancel = mp_cancel_off();
   bool guard = mp_tls.in_profiler;
   mp_tls.in_profiler = true;
   mp_lock(&table_lock);
@@ -83,6 +91,7 @@ bool mi_memory_set_callbacks(const mi_memory_callbacks_t* callbacks) {
   atomic_fetch_add_explicit(&table_seq, 1, memory_order_release);
   mp_unlock(&table_lock);
   mp_profiler_leave(&mp_tls, guard);
+  mp_cancel_restore(cancel);
   return true;
 }
 
@@ -154,10 +163,12 @@ bool mi_memory_visit_live_allocations(mi_memory_allocation_visit_fun* visitor, v
   mp_thread_t* t = &mp_tls;
   if (visitor == NULL || t->in_callback || t->in_profiler) return false;
   visit_t v = {visitor, arg, false};
+  int cancel = mp_cancel_off(); /* the visitor runs inside mimalloc's walk, with in_callback set */
   t->in_callback = true; /* what a visitor allocates anyway is not reported to callbacks */
 #if MP_MI_HAS_DEFAULT_HEAP
   (void)mi_heap_visit_blocks(mi_heap_get_default(), true, visit_block, &v);
 #endif
   t->in_callback = false;
+  mp_cancel_restore(cancel);
   return true;
 }

@@ -15,6 +15,7 @@
 #include <sys/prctl.h>
 #include <time.h>
 
+#include "cancel.h"
 #include "internal.h"
 
 static char every_path[MI_PROF_DUMP_PATH_MAX];
@@ -41,6 +42,10 @@ static bool numbered(const char* template, uint64_t n, char* out, size_t cap) {
 
 static void* every_main(void* arg) {
   (void)arg;
+  /* Nothing outside the library has this thread's handle, so nothing cancels it; its dumps
+   * bracket themselves anyway (cancel.h). Disabled for good all the same: its nanosleep would
+   * be the only cancellation point. */
+  (void)mp_cancel_off();
   (void)prctl(PR_SET_NAME, "mpp-every", 0, 0, 0);
   (void)mi_prof_thread_exclude(true);
   bool warned = false;

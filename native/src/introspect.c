@@ -11,7 +11,11 @@
  *    around it (as mi_prof_stats_get does); on a thread already inside the profiler (a libc
  *    call underneath profiler code) the estimate is skipped and the fallback used instead;
  *  - nothing is invented: a figure mimalloc cannot give is 0, or for bytes in use the
- *    documented upper bound below.
+ *    documented upper bound below;
+ *  - like the rest of the malloc family, none of them is a cancellation point: each runs with
+ *    cancellation disabled (cancel.h), since mallinfo2 takes the table's locks and
+ *    malloc_stats/malloc_info write with stdio (glibc's own malloc_stats marks stderr
+ *    not-cancellable while it prints). mallopt calls nothing.
  *
  * The numbers (struct mallinfo2; glibc's malloc.h and mallinfo(3) give each field's meaning):
  *  arena     "non-mmapped space allocated from system": mimalloc's committed bytes
@@ -79,6 +83,7 @@
 #include <mimalloc.h>
 #include <stdio.h>
 
+#include "cancel.h"
 #include "internal.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -129,8 +134,10 @@ static void numbers(mp_numbers_t* n) {
 }
 
 EXPORT struct mallinfo2 mallinfo2(void) {
+  int cancel = mp_cancel_off();
   mp_numbers_t n;
   numbers(&n);
+  mp_cancel_restore(cancel);
   struct mallinfo2 m = {0};
   m.arena = n.arena;
   m.uordblks = n.in_use;
@@ -159,13 +166,16 @@ EXPORT struct mallinfo mallinfo(void) {
 
 EXPORT int malloc_trim(size_t pad) {
   (void)pad;
+  int cancel = mp_cancel_off();
   long long before = current_commit(NULL);
   mi_collect(true);
   long long after = current_commit(NULL);
+  mp_cancel_restore(cancel);
   return after < before ? 1 : 0;
 }
 
 EXPORT void malloc_stats(void) {
+  int cancel = mp_cancel_off();
   struct mallinfo2 m = mallinfo2();
   fprintf(stderr,
           "Arena 0:\n"
@@ -177,6 +187,7 @@ EXPORT void malloc_stats(void) {
           "max mmap regions = %10u\n"
           "max mmap bytes   = %10lu\n",
           m.arena, m.uordblks, m.arena + m.hblkhd, m.uordblks + m.hblkhd, 0u, 0ul);
+  mp_cancel_restore(cancel);
 }
 
 EXPORT int malloc_info(int options, FILE* fp) {
@@ -184,6 +195,7 @@ EXPORT int malloc_info(int options, FILE* fp) {
     errno = EINVAL;
     return -1;
   }
+  int cancel = mp_cancel_off();
   mp_numbers_t n;
   numbers(&n);
   size_t free_bytes = n.arena > n.in_use ? n.arena - n.in_use : 0;
@@ -209,6 +221,7 @@ EXPORT int malloc_info(int options, FILE* fp) {
           "<aspace type=\"mprotect\" size=\"%zu\"/>\n"
           "</malloc>\n",
           free_bytes, n.arena, n.peak, n.arena, n.arena, free_bytes, n.arena, n.peak, n.arena, n.arena);
+  mp_cancel_restore(cancel);
   return 0;
 }
 

@@ -39,6 +39,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "cancel.h"
 #include "internal.h"
 
 /* glibc's pthread_mutex_unlock, bound at load: mimalloc (3.x) unlocks its own mutexes during
@@ -525,7 +526,7 @@ static bool pool_wanted(void) {
   return true;
 }
 
-bool mi_prof_pool_probe_begin(void* queue_node, size_t queue_offset) {
+static bool probe_begin(void* queue_node, size_t queue_offset) {
   static atomic_uint probes; /* the first probe finds the queue, the second the slow queue */
   if (queue_node == NULL || queue_offset != offsetof(pool_work_t, wq) || !pool_wanted()) return false;
   unsigned k = atomic_fetch_add(&probes, 1);
@@ -538,6 +539,15 @@ bool mi_prof_pool_probe_begin(void* queue_node, size_t queue_offset) {
   mp_tls.pool_probing = true;
   mp_pool.probing = true;
   return true;
+}
+
+/* Cancellation disabled throughout (cancel.h): a warning, the loader's lock. probe_end,
+ * watched and refused only store or read, and call nothing. */
+bool mi_prof_pool_probe_begin(void* queue_node, size_t queue_offset) {
+  int cancel = mp_cancel_off();
+  bool ok = probe_begin(queue_node, queue_offset);
+  mp_cancel_restore(cancel);
+  return ok;
 }
 
 bool mi_prof_pool_probe_end(void) {

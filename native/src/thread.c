@@ -31,6 +31,7 @@
 #include <threads.h>
 #include <time.h>
 
+#include "cancel.h"
 #include "internal.h"
 
 /* glibc exports the implementation under this name too (libstdc++ uses it); calling it
@@ -127,8 +128,15 @@ void mp_threads_resync(uint32_t epoch) {
     others = others || t != &mp_tls;
   }
   for (int round = 0; round < 8 && others; round++) {
-    struct timespec pause = {0, 20000};
-    nanosleep(&pause, NULL);
+    /* Not nanosleep: a cancellation point, and this pause holds the registry lock and the
+     * lifecycle lock (cancel.h). The callers disable cancellation too; this holds without. */
+#ifdef MP_TEST_HOOKS
+    if (mp_test_hook("MP_TEST_CANCELLABLE_API")) { /* the cancel gate's control: libc's pause */
+      struct timespec pause = {0, 20000};
+      nanosleep(&pause, NULL);
+    } else
+#endif
+      mp_pause_nocancel(20000);
     bool again = false;
     for (mp_thread_t* t = registry; t != NULL; t = t->next) {
       uint64_t c = __atomic_load_n(&t->countdown, __ATOMIC_RELAXED);

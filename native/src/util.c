@@ -1,14 +1,51 @@
 /* Small utilities that never allocate: a spinlock, number formatting, buffered fd output,
- * warnings on stderr. Safe before main, inside malloc, and in a forked child. */
+ * warnings on stderr, cancellation brackets. Safe before main, inside malloc, and in a forked
+ * child. No function here is a cancellation point (cancel.h): output goes through
+ * mp_write_nocancel, /proc reads through raw system calls. */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "cancel.h"
 #include "internal.h"
+
+/* ---- cancellation (cancel.h) ------------------------------------------------------------ */
+#define CANCEL_UNTOUCHED (-1) /* mp_cancel_off changed nothing: the test builds' control */
+
+int mp_cancel_off(void) {
+#ifdef MP_TEST_HOOKS
+  /* the cancel gate's control (test/reliability/hostile-cancel.test.ts): entry points stay
+   * cancellable */
+  if (mp_test_hook("MP_TEST_CANCELLABLE_API")) return CANCEL_UNTOUCHED;
+#endif
+  int old = PTHREAD_CANCEL_ENABLE;
+  (void)pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
+  return old;
+}
+
+void mp_cancel_restore(int saved) {
+  if (saved == CANCEL_UNTOUCHED) return;
+  int ignored;
+  (void)pthread_setcancelstate(saved, &ignored);
+}
+
+ssize_t mp_write_nocancel(int fd, const void* buf, size_t len) {
+  for (;;) {
+    long w = syscall(SYS_write, fd, buf, len); /* glibc's syscall() is no cancellation point */
+    if (w >= 0 || errno != EINTR) return (ssize_t)w;
+  }
+}
+
+void mp_pause_nocancel(long ns) {
+  struct timespec pause = {0, ns};
+  (void)syscall(SYS_nanosleep, &pause, NULL); /* an early wake (a signal) only shortens it */
+}
 
 /* ---- spinlock ---------------------------------------------------------------------- */
 /* Critical sections are a few hash operations long, so spinning beats sleeping; yield
@@ -125,8 +162,7 @@ size_t mp_strlen(const char* s) {
 /* ---- stderr ---------------------------------------------------------------------------- */
 static void write_all(int fd, const char* s, size_t n) {
   while (n > 0) {
-    ssize_t w = write(fd, s, n);
-    if (w < 0 && errno == EINTR) continue;
+    ssize_t w = mp_write_nocancel(fd, s, n);
     if (w <= 0) return;
     s += w;
     n -= (size_t)w;
@@ -179,9 +215,8 @@ bool mp_expand_path(const char* path, char* out, size_t cap) {
 void mp_out_flush(mp_out_t* out) {
   size_t off = 0;
   while (off < out->len && out->err == 0) {
-    ssize_t w = write(out->fd, out->buf + off, out->len - off);
+    ssize_t w = mp_write_nocancel(out->fd, out->buf + off, out->len - off);
     if (w < 0) {
-      if (errno == EINTR) continue;
       out->err = errno;
     } else if (w == 0) {
       out->err = EIO;
@@ -228,13 +263,14 @@ void mp_out_hex(mp_out_t* out, uint64_t v) {
 }
 
 /* The process's peak resident set (VmHWM in /proc/self/status), in bytes; 0 when unknown.
- * Read without allocating: it goes into dumps, which run compares across processes. */
+ * Read without allocating: it goes into dumps, which run compares across processes. Raw system
+ * calls: no cancellation point even outside a dump's bracket. */
 uint64_t mp_peak_rss(void) {
-  int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/status", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   char buf[4096];
-  ssize_t n = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
+  ssize_t n = (ssize_t)syscall(SYS_read, fd, buf, sizeof(buf) - 1);
+  (void)syscall(SYS_close, fd);
   if (n <= 0) return 0;
   buf[n] = 0;
   static const char key[] = "\nVmHWM:";
