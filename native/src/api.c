@@ -16,6 +16,7 @@
  * and have no bracket. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <mimalloc.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,7 +129,13 @@ bool mp_start_with(const params_t* p) {
   return ok;
 }
 
+/* mi_prof_start* and the dumps are cancellation points at their entry, before they take
+ * anything, and mi_prof_stop at its return, once stopped (as the dumps' file I/O and the
+ * start's pauses made them anyway): a thread that only starts and stops the profiler can
+ * still be cancelled, always with the profiler stopped, and never inside a call, where a lock
+ * may be held (cancel.h). */
 bool mi_prof_start(size_t interval) {
+  pthread_testcancel();
   params_t p;
   mp_params_from_env(&p);
   if (interval != 0) p.interval = interval;
@@ -136,6 +143,7 @@ bool mi_prof_start(size_t interval) {
 }
 
 bool mi_prof_start_seeded(size_t interval, uint64_t seed) {
+  pthread_testcancel();
   params_t p;
   mp_params_from_env(&p);
   if (interval != 0) p.interval = interval;
@@ -145,6 +153,7 @@ bool mi_prof_start_seeded(size_t interval, uint64_t seed) {
 }
 
 bool mi_prof_start_ex(const mi_prof_config_t* c) {
+  pthread_testcancel();
   if (c == NULL || c->size != sizeof(*c) || c->version != MI_PROF_CONFIG_VERSION ||
       (c->mode != MI_PROF_CONFIG_FALLBACK && c->mode != MI_PROF_CONFIG_OVERRIDE) ||
       c->max_stack_depth > MI_PROF_MAX_BT || memchr(c->dump_at_exit, 0, sizeof(c->dump_at_exit)) == NULL) {
@@ -195,6 +204,7 @@ void mi_prof_stop(void) {
   mp_unlock(&mp_api_lock);
   mp_profiler_leave(&mp_tls, guard);
   mp_cancel_restore(cancel);
+  pthread_testcancel(); /* once stopped */
 }
 
 void mi_prof_reset(void) {
@@ -221,10 +231,14 @@ bool mi_prof_thread_exclude(bool exclude) {
 }
 
 /* mp_dump brackets itself (dump.c): it also runs at exit and from the periodic thread. */
-bool mi_prof_dump(const char* path) { return mp_dump(path, MP_FORMAT_TEXT, false); }
-bool mi_prof_dump_proto(const char* path) { return mp_dump(path, MP_FORMAT_PROTO, false); }
-bool mi_prof_dump_peak(const char* path) { return mp_dump(path, MP_FORMAT_TEXT, true); }
-bool mi_prof_dump_peak_proto(const char* path) { return mp_dump(path, MP_FORMAT_PROTO, true); }
+static bool dump_from_api(const char* path, int format, bool peak) {
+  pthread_testcancel();
+  return mp_dump(path, format, peak);
+}
+bool mi_prof_dump(const char* path) { return dump_from_api(path, MP_FORMAT_TEXT, false); }
+bool mi_prof_dump_proto(const char* path) { return dump_from_api(path, MP_FORMAT_PROTO, false); }
+bool mi_prof_dump_peak(const char* path) { return dump_from_api(path, MP_FORMAT_TEXT, true); }
+bool mi_prof_dump_peak_proto(const char* path) { return dump_from_api(path, MP_FORMAT_PROTO, true); }
 
 bool mi_prof_peak(double* bytes, uint64_t* unix_ns, uint64_t* snapshots) {
   int cancel = mp_cancel_off();
