@@ -12,6 +12,9 @@
  *    (or, under asynchronous cancellation, at the restore, once every lock is released), as
  *    POSIX intends. Entry points that only read an atomic or this thread's TLS call nothing
  *    and need no bracket;
+ *  - mi_prof_start* and the dumps are cancellation points at their entry, mi_prof_stop at its
+ *    return (api.c): outside the bracket, where nothing is held, so that a thread that only
+ *    starts and stops the profiler can be cancelled, always with the profiler stopped;
  *  - code reachable from the allocation paths (and the lock-holding pauses) uses no
  *    cancellable libc wrapper: it writes and sleeps through syscall(), which glibc does not
  *    make a cancellation point (mp_write_nocancel, mp_pause_nocancel). The sample path's own
