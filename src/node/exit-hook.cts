@@ -92,6 +92,15 @@ function install(addon: Addon, runDir: string): void {
       if (process.env.MIMALLOC_PPROF_PEAK === '1') addon.dump(join(runDir, `peak.${process.pid}.pb`), 'proto', true);
       addon.dump(join(runDir, `raw.${process.pid}.pb`), 'proto');
       if (perfMapBytes !== undefined) writeFileSync(join(runDir, `perfmap.${process.pid}.json`), JSON.stringify({ bytes: perfMapBytes }));
+      // where V8's copy of its builtins was (src/symbolize/code-copies.ts): run names the
+      // frames there from the maps and page heads this writes
+      try {
+        // eslint-disable-next-line @typescript-eslint/no-require-imports
+        const { snapshotCodeMemory } = require(join(dirname(realpathSync(__filename)), '..', 'symbolize', 'proc-snapshot.cjs')) as typeof import('../symbolize/proc-snapshot.cjs');
+        snapshotCodeMemory(runDir, process.pid);
+      } catch {
+        // /proc unreadable: those frames stay unnamed
+      }
       // the resident set accounted for, right after the dump (src/node/rss.cts; reading it
       // allocates, which may run a scavenge that --no-gc's profile must not see); run puts it
       // in the profile's comments and prints it

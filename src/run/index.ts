@@ -26,6 +26,7 @@ import { encodeHeapText, encodeProfile, findSampleType, totalValue } from '../pr
 import { writeFileAtomic } from '../profile/files.js';
 import { mergeJsHeap, type V8SamplingHeapProfile } from '../profile/js-heap.js';
 import { formatRssComment, type RssBreakdown } from '../profile/rss.js';
+import { codeCopiesFromSnapshot, codeCopiesOf, type CodeCopy } from '../symbolize/code-copies.js';
 import { isPreloadLibrary, symbolize } from '../symbolize/index.js';
 import { recordedNumber } from '../symbolize/raw.js';
 import { perfMapOf, readMarkers, removeV8Leftovers, startWatchdog, unsplittable, type ProcessMarker } from './leftovers.js';
@@ -259,6 +260,51 @@ export function whyNoProfile(cmd: string, code: number | null, signal: NodeJS.Si
   );
 }
 
+/** Where each process of the run had code outside its recorded mappings (V8's copy of its
+ * builtins: src/symbolize/code-copies.ts). */
+interface CodeCopies {
+  /** The copies of `pid`: what its exit hook recorded (`final`: the process has ended), else
+   * what was seen of it while it ran. */
+  of(pid: number, final: boolean): CodeCopy[];
+  stop(): void;
+}
+
+/**
+ * Looks at every process of the run (the preload's markers) once a second while the program
+ * runs, so that processes that end without the exit hook (a signal, a C program, --every's
+ * profiles of a live process) have their copies too; the exit hook's record of the process
+ * as it was when dumped comes first once it has ended.
+ */
+function watchCodeCopies(runDir: string, on: boolean): CodeCopies {
+  const seen = new Map<number, Map<string, CodeCopy>>();
+  const look = () => {
+    for (const { pid } of readMarkers(runDir)) {
+      const found = codeCopiesOf(pid);
+      if (found.length === 0) continue;
+      const known = seen.get(pid) ?? new Map<string, CodeCopy>();
+      for (const c of found) known.set(`${c.start}:${c.file}:${c.fileOffset}`, c);
+      seen.set(pid, known);
+    }
+  };
+  const timer = on ? setInterval(look, 1000) : undefined;
+  timer?.unref();
+  if (on) setTimeout(look, 200).unref();
+  return {
+    of(pid, final) {
+      const maps = join(runDir, `maps.${pid}.txt`);
+      if (final && existsSync(maps)) {
+        const heads = join(runDir, `pageheads.${pid}.bin`);
+        return codeCopiesFromSnapshot(readFileSync(maps, 'utf8'), existsSync(heads) ? readFileSync(heads) : undefined);
+      }
+      if (!final) look();
+      return [...(seen.get(pid)?.values() ?? [])];
+    },
+    stop() {
+      if (timer) clearInterval(timer);
+    },
+  };
+}
+
 /** Names one process's raw profile, records who it was, and writes it. */
 /** `out` with .<pid>.<n> before its extension, as gzipped proto: one profile of a series. */
 export function seriesPath(out: string, pid: number, n: number): string {
@@ -272,7 +318,7 @@ export function seriesPath(out: string, pid: number, n: number): string {
  * be in it yet: stop(), once the program has ended and its map is complete, names every one
  * again, overwrites it, and lists them.
  */
-function startSeries(opts: RunOptions, runDir: string): { stop(): { pid: number; n: number; file: string }[] } {
+function startSeries(opts: RunOptions, runDir: string, copies: CodeCopies): { stop(): { pid: number; n: number; file: string }[] } {
   const written = new Map<string, { pid: number; n: number; file: string }>();
   const sweep = (final: boolean) => {
     let names: string[];
@@ -296,6 +342,7 @@ function startSeries(opts: RunOptions, runDir: string): { stop(): { pid: number;
           pid,
           perfMapPath: existsSync(perfMap) ? perfMap : undefined,
           trimFile: isPreloadLibrary,
+          codeCopies: copies.of(pid, final),
         });
         profile.comment.push(profile.stringTable.dedup(`mimalloc-pprof ${packageVersion()} run --every: profile ${n} of pid=${pid}`));
         const file = resolve(seriesPath(opts.out, pid, n));
@@ -318,7 +365,7 @@ function startSeries(opts: RunOptions, runDir: string): { stop(): { pid: number;
   };
 }
 
-function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport): void {
+function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport, copies: CodeCopies): void {
   const started = performance.now();
   // --peak: the in-use figures of the high-water mark (the library wrote both at exit)
   const peakFile = join(runDir, `peak.${p.pid}.pb`);
@@ -332,6 +379,7 @@ function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport): void
     perfMapPath: existsSync(perfMap) ? perfMap : undefined,
     ...(perfMapBytes !== undefined ? { perfMapBytes } : {}),
     trimFile: isPreloadLibrary,
+    codeCopies: copies.of(p.pid, true),
   });
   const comment = (text: string) => profile.comment.push(profile.stringTable.dedup(text));
   const jsHeapFile = join(runDir, `jsheap.${p.pid}.json`);
@@ -386,8 +434,10 @@ export async function runProgram(opts: RunOptions): Promise<RunResult> {
     const launched = deno ?? file;
     const launchArgs = deno ? denoArgs(args, runDir, unsplittable(libraryPath(), runDir), env) : args;
 
-    const series = opts.profile && opts.every !== undefined ? startSeries(opts, runDir) : undefined;
+    const copies = watchCodeCopies(runDir, opts.profile);
+    const series = opts.profile && opts.every !== undefined ? startSeries(opts, runDir, copies) : undefined;
     const { pid: mainPid, ended } = await launch(launched, launchArgs, deno ? 'deno' : cmd, env);
+    copies.stop();
     const written = series?.stop() ?? [];
     if (ended instanceof Error) {
       const code = (ended as NodeJS.ErrnoException).code;
@@ -426,7 +476,7 @@ export async function runProgram(opts: RunOptions): Promise<RunResult> {
       ...(series ? { series: written } : {}),
     };
     if (!opts.profile) return result;
-    for (const p of processes) if (raws.has(p.pid)) finishProfile(opts, runDir, p);
+    for (const p of processes) if (raws.has(p.pid)) finishProfile(opts, runDir, p, copies);
     if (!raws.has(mainPid)) result.noProfile = whyNoProfile(cmd, code, signal);
     return result;
   } finally {

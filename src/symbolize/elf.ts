@@ -81,6 +81,12 @@ export interface ElfFile {
   runtimeToVaddr(address: bigint | number, mappingStart: bigint | number, mappingOffset: bigint | number): number | undefined;
   /** The function symbols of `.symtab` merged with `.dynsym`; read on first call, then kept. */
   symbolizer(): ElfSymbolizer;
+  /** The first symbol of any type named `name` (`.symtab`, then `.dynsym`): its value and
+   * st_size; `undefined` when there is none. Each call scans the tables. */
+  symbolByName(name: string): { value: number; size: number } | undefined;
+  /** `length` bytes of the file's contents at link-time virtual address `vaddr` (within one
+   * PT_LOAD's file bytes); `undefined` when they are not all in the file. */
+  readAtVaddr(vaddr: number, length: number): Buffer | undefined;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -482,6 +488,28 @@ class ParsedElf implements ElfFile {
     return this.fileOffsetToVaddr(delta + toNumber(mappingOffset));
   }
 
+  private withFile<T>(f: (r: Reader) => T): T {
+    const { fd, stat } = open(this.path);
+    try {
+      if (stat.size !== this.stat.size || stat.mtimeNs !== this.stat.mtimeNs || stat.ino !== this.stat.ino) {
+        throw new ElfError('io', this.path, 'file changed since its headers were read');
+      }
+      return f(new Reader(this.path, fd, Number(stat.size)));
+    } finally {
+      closeSync(fd);
+    }
+  }
+
+  symbolByName(name: string): { value: number; size: number } | undefined {
+    return this.withFile((r) => findSymbol(r, this.sections, name));
+  }
+
+  readAtVaddr(vaddr: number, length: number): Buffer | undefined {
+    const seg = this.loadSegments.find((s) => vaddr >= s.vaddr && vaddr + length <= s.vaddr + s.filesz);
+    if (!seg) return undefined;
+    return this.withFile((r) => r.read(seg.offset + (vaddr - seg.vaddr), length, 'segment bytes'));
+  }
+
   symbolizer(): ElfSymbolizer {
     if (this.symbols) return this.symbols;
     const { fd, stat } = open(this.path);
@@ -495,6 +523,27 @@ class ParsedElf implements ElfFile {
       closeSync(fd);
     }
   }
+}
+
+function findSymbol(r: Reader, sections: Section[], name: string): { value: number; size: number } | undefined {
+  const want = Buffer.from(`${name}\0`, 'utf8');
+  for (const s of [...sections.filter((x) => x.type === SHT_SYMTAB), ...sections.filter((x) => x.type === SHT_DYNSYM)]) {
+    if (s.size === 0 || s.entsize !== SYM_SIZE || s.size % SYM_SIZE !== 0) continue;
+    const strSec = sections[s.link];
+    if (!strSec || s.link === 0) continue;
+    const strtab = r.read(strSec.offset, strSec.size, 'symbol string table');
+    // the name's offsets in the string table (a suffix shared by a longer name counts too)
+    const offsets = new Set<number>();
+    for (let at = strtab.indexOf(want); at >= 0; at = strtab.indexOf(want, at + 1)) offsets.add(at);
+    if (offsets.size === 0) continue;
+    const data = r.read(s.offset, s.size, 'symbol table');
+    for (let at = 0; at < data.length; at += SYM_SIZE) {
+      if (!offsets.has(data.readUInt32LE(at))) continue;
+      if (data.readUInt16LE(at + 6) === SHN_UNDEF) continue;
+      return { value: u64(data, at + 8, r, 'st_value'), size: u64(data, at + 16, r, 'st_size') };
+    }
+  }
+  return undefined;
 }
 
 const cache = new Map<string, { key: string; elf: ElfFile }>();

@@ -11,6 +11,7 @@ import { basename } from 'node:path';
 
 import { Function as ProfileFunction, Label, Line, Location, Mapping, type Profile } from 'pprof-format';
 
+import { CodeCopyIndex, codeCopiesOf, type CodeCopy } from './code-copies.js';
 import { demangle } from './demangle.js';
 import { readElf, type ElfFile, type ElfSymbolizer } from './elf.js';
 import { readPerfMap, type PerfMap, type PerfSymbol } from './perfmap.js';
@@ -25,6 +26,9 @@ export interface SymbolizeOptions {
   perfMapBytes?: number;
   /** Mapped files whose frames are dropped from every stack (the preload library). */
   trimFile?: (filename: string) => boolean;
+  /** Executable code outside the profile's mappings (V8's copy of its embedded builtins):
+   * see code-copies.ts. By default, when `pid` is this process, read from /proc/self. */
+  codeCopies?: readonly CodeCopy[];
 }
 
 export interface SymbolizeResult {
@@ -51,6 +55,20 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
     }
     return symbolizers.get(file) ?? null;
   };
+  const debugFiles = new Map<string, { elf: ElfFile; symbols: ElfSymbolizer } | null>();
+  const debugFileOf = (elf: ElfFile) => {
+    if (elf.buildId.length < 4) return null;
+    if (!debugFiles.has(elf.buildId)) {
+      const path = `/usr/lib/debug/.build-id/${elf.buildId.slice(0, 2)}/${elf.buildId.slice(2)}.debug`;
+      try {
+        const dbg = readElf(path);
+        debugFiles.set(elf.buildId, dbg.buildId === elf.buildId ? { elf: dbg, symbols: dbg.symbolizer() } : null);
+      } catch {
+        debugFiles.set(elf.buildId, null);
+      }
+    }
+    return debugFiles.get(elf.buildId) ?? null;
+  };
   let perfMap: PerfMap | undefined;
   if (options.perfMapPath) {
     try {
@@ -61,6 +79,10 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
   }
 
   const mappings = new Map<number, Mapping>(profile.mapping.map((m) => [num(m.id), m]));
+  const copies = new CodeCopyIndex(options.codeCopies ?? (options.pid !== undefined && options.pid === process.pid ? codeCopiesOf('self') : []));
+  // one mapping per copy whose frames were named (pprof then leaves them alone)
+  const copyMappings = new Map<CodeCopy, Mapping>();
+  let nextMappingId = profile.mapping.reduce((a, m) => Math.max(a, num(m.id)), 0) + 1;
   const functions = new Map<string, ProfileFunction>();
   let nextFunctionId = profile.function.reduce((a, f) => Math.max(a, num(f.id)), 0) + 1;
   const functionFor = (name: string, systemName: string, filename: string, startLine = 0): ProfileFunction => {
@@ -111,6 +133,17 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
         trimmed.add(num(loc.id));
         continue;
       }
+      // a stripped file's local functions (libc's __libc_start_call_main): its separate debug
+      // file, found by build ID, where one is installed (libc6-dbg, *-dbgsym)
+      const debugSym = elf && !sym && vaddr !== undefined ? debugFileOf(elf.elf)?.symbols.lookup(vaddr) : undefined;
+      if (elf && debugSym) {
+        const name = demangle(debugSym.name);
+        loc.line = [new Line({ functionId: functionFor(name, debugSym.name, file).id, line: 0 })];
+        namedInMapping.set(num(mapping!.id), (namedInMapping.get(num(mapping!.id)) ?? 0) + 1);
+        nameOfLocation.set(num(loc.id), [name]);
+        counts.native++;
+        continue;
+      }
       if (elf) {
         if (sym) {
           const name = sym.name === QUEUED_BY_SYMBOL ? QUEUED_BY : demangle(sym.name);
@@ -125,6 +158,35 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
     // JIT code lies outside every file: no mapping (ours), or an anonymous one (heap_v2 text
     // carries all of /proc/self/maps)
     const anonymous = !mapping || str(mapping.filename) === '' || str(mapping.filename).startsWith('[');
+    // V8's copy of its builtins (or other code outside the recorded mappings): the file's code
+    const copy = anonymous ? copies.lookup(address) : undefined;
+    if (copy) {
+      const elf = elfOf(copy.file);
+      const vaddr = elf?.elf.runtimeToVaddr(address, copy.start, copy.fileOffset);
+      const sym = elf && vaddr !== undefined ? elf.symbols.lookup(vaddr) : undefined;
+      if (elf && sym) {
+        let m = copyMappings.get(copy);
+        if (!m) {
+          m = new Mapping({
+            id: nextMappingId++,
+            memoryStart: copy.start,
+            memoryLimit: copy.limit,
+            fileOffset: copy.fileOffset,
+            filename: strings.dedup(copy.file),
+            buildId: strings.dedup(elf.elf.buildId),
+            hasFunctions: true,
+          });
+          copyMappings.set(copy, m);
+          profile.mapping.push(m);
+        }
+        const name = demangle(sym.name);
+        loc.mappingId = m.id;
+        loc.line = [new Line({ functionId: functionFor(name, sym.name, copy.file).id, line: 0 })];
+        nameOfLocation.set(num(loc.id), [name]);
+        counts.native++;
+        continue;
+      }
+    }
     const js = anonymous ? perfMap?.lookup(address) : undefined;
     if (js) {
       loc.line = jsLine(js);
@@ -146,7 +208,7 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
   if (jitLocations.length > 0) {
     // JIT code belongs to no file; one synthetic mapping keeps pprof from trying to
     // symbolise it again.
-    const id = profile.mapping.reduce((a, m) => Math.max(a, num(m.id)), 0) + 1;
+    const id = nextMappingId++;
     profile.mapping.push(
       new Mapping({
         id,
