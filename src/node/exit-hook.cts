@@ -14,7 +14,7 @@
  */
 import { realpathSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { isMainThread } from 'node:worker_threads';
+import { isMainThread, threadId } from 'node:worker_threads';
 
 type Addon = import('./addon.js', { with: { 'resolution-mode': 'import' } }).NativeAddon;
 
@@ -137,4 +137,18 @@ if (isMainThread && dir && addonPath) {
   // eslint-disable-next-line @typescript-eslint/no-require-imports
   const addon = require(addonPath) as Addon;
   if (addon.available().available) install(addon, dir);
+}
+
+// a worker thread's isolate runs its builtins from a copy of its own, unmapped when the worker
+// ends: each worker records where it was as it exits (src/symbolize/proc-snapshot.cts)
+if (!isMainThread && dir && process.env.MIMALLOC_PROF_DUMP_AT_EXIT) {
+  process.on('exit', () => {
+    try {
+      // eslint-disable-next-line @typescript-eslint/no-require-imports
+      const { snapshotCodeMemory } = require(join(dirname(realpathSync(__filename)), '..', 'symbolize', 'proc-snapshot.cjs')) as typeof import('../symbolize/proc-snapshot.cjs');
+      snapshotCodeMemory(dir, process.pid, threadId);
+    } catch {
+      // /proc unreadable: those frames stay unnamed
+    }
+  });
 }

@@ -263,8 +263,8 @@ export function whyNoProfile(cmd: string, code: number | null, signal: NodeJS.Si
 /** Where each process of the run had code outside its recorded mappings (V8's copy of its
  * builtins: src/symbolize/code-copies.ts). */
 interface CodeCopies {
-  /** The copies of `pid`: what its exit hook recorded (`final`: the process has ended), else
-   * what was seen of it while it ran. */
+  /** The copies of `pid`: what was seen of it while it ran (looked at again now unless
+   * `final`), and what its threads' exit hooks recorded. */
   of(pid: number, final: boolean): CodeCopy[];
   stop(): void;
 }
@@ -291,13 +291,25 @@ function watchCodeCopies(runDir: string, on: boolean): CodeCopies {
   if (on) setTimeout(look, 200).unref();
   return {
     of(pid, final) {
-      const maps = join(runDir, `maps.${pid}.txt`);
-      if (final && existsSync(maps)) {
-        const heads = join(runDir, `pageheads.${pid}.bin`);
-        return codeCopiesFromSnapshot(readFileSync(maps, 'utf8'), existsSync(heads) ? readFileSync(heads) : undefined);
-      }
       if (!final) look();
-      return [...(seen.get(pid)?.values() ?? [])];
+      // what was seen while it ran, then what its threads recorded as they ended (newer wins)
+      const all = [...(seen.get(pid)?.values() ?? [])];
+      let names: string[] = [];
+      try {
+        names = readdirSync(runDir);
+      } catch {
+        names = [];
+      }
+      const snapshots = names.filter((f) => f === `maps.${pid}.txt` || (f.startsWith(`maps.${pid}.t`) && f.endsWith('.txt')));
+      for (const f of snapshots.sort((a, b) => statSync(join(runDir, a)).mtimeMs - statSync(join(runDir, b)).mtimeMs)) {
+        const heads = join(runDir, f.replace(/^maps\./, 'pageheads.').replace(/\.txt$/, '.bin'));
+        try {
+          all.push(...codeCopiesFromSnapshot(readFileSync(join(runDir, f), 'utf8'), existsSync(heads) ? readFileSync(heads) : undefined));
+        } catch {
+          // removed meanwhile
+        }
+      }
+      return all;
     },
     stop() {
       if (timer) clearInterval(timer);

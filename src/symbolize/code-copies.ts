@@ -196,11 +196,21 @@ export function codeCopiesFromSnapshot(maps: string, heads: Buffer | undefined):
   return findCodeCopies(maps, heads ? (a) => byAddress.get(a) : undefined);
 }
 
-/** Address lookup over a set of copies (the newest of overlapping ones wins). */
+/** Address lookup over a set of copies: where they overlap (a worker's copy gone, its
+ * addresses given to another's), the one listed last wins. */
 export class CodeCopyIndex {
   private readonly sorted: CodeCopy[];
+  private readonly rank: number[];
+  private readonly maxLimit: number[];
   constructor(copies: readonly CodeCopy[]) {
-    this.sorted = [...copies].reverse().sort((a, b) => a.start - b.start);
+    const last = new Map<string, number>();
+    copies.forEach((c, i) => last.set(`${c.start}:${c.limit}:${c.file}:${c.fileOffset}`, i));
+    const kept = [...last.values()].sort((a, b) => copies[a]!.start - copies[b]!.start || a - b);
+    this.sorted = kept.map((i) => copies[i]!);
+    this.rank = kept;
+    this.maxLimit = [];
+    let m = 0;
+    for (const c of this.sorted) this.maxLimit.push((m = Math.max(m, c.limit)));
   }
   lookup(address: number): CodeCopy | undefined {
     let lo = 0;
@@ -213,12 +223,11 @@ export class CodeCopyIndex {
         lo = mid + 1;
       } else hi = mid - 1;
     }
-    // overlapping ranges are few: look back over those that start before
-    for (let i = idx; i >= 0 && i > idx - 8; i--) {
-      const c = this.sorted[i]!;
-      if (address >= c.start && address < c.limit) return c;
+    let best = -1;
+    for (let i = idx; i >= 0 && this.maxLimit[i]! > address; i--) {
+      if (address < this.sorted[i]!.limit && (best < 0 || this.rank[i]! > this.rank[best]!)) best = i;
     }
-    return undefined;
+    return best < 0 ? undefined : this.sorted[best];
   }
   get size(): number {
     return this.sorted.length;

@@ -79,7 +79,10 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
   }
 
   const mappings = new Map<number, Mapping>(profile.mapping.map((m) => [num(m.id), m]));
-  const copies = new CodeCopyIndex(options.codeCopies ?? (options.pid !== undefined && options.pid === process.pid ? codeCopiesOf('self') : []));
+  // MIMALLOC_PPROF_TEST_NO_CODE_COPIES=1: the tests' control (test/symbolize/unnamed.test.ts)
+  const copies = new CodeCopyIndex(
+    process.env.MIMALLOC_PPROF_TEST_NO_CODE_COPIES === '1' ? [] : (options.codeCopies ?? (options.pid !== undefined && options.pid === process.pid ? codeCopiesOf('self') : [])),
+  );
   // one mapping per copy whose frames were named (pprof then leaves them alone)
   const copyMappings = new Map<CodeCopy, Mapping>();
   let nextMappingId = profile.mapping.reduce((a, m) => Math.max(a, num(m.id)), 0) + 1;

@@ -1,7 +1,8 @@
 /**
  * Run inside a Node process that `run` profiles (its exit hook, src/node/exit-hook.cts), right
  * after the dump: what naming its frames in V8's copy of the embedded builtins needs once the
- * process has gone (src/symbolize/code-copies.ts): `maps.<pid>.txt`, a copy of
+ * process has gone (src/symbolize/code-copies.ts): `maps.<pid>.txt` (`maps.<pid>.t<thread
+ * id>.txt` from a worker thread, whose isolate has its own copy), a copy of
  * /proc/self/maps, and, unless the copy is a second mapping of its file (the usual case),
  * `pageheads.<pid>.bin`: the first 64 bytes of every page of anonymous executable memory, as
  * (8-byte little-endian address, 64 bytes) records. Synchronous, no allocation beyond a few
@@ -14,9 +15,11 @@ const HEAD_BYTES = 64; // code-copies.ts HEAD_BYTES
 const PAGE = 4096;
 const LIMIT = 512 * 1024 * 1024; // at most this much anonymous executable memory is read
 
-export function snapshotCodeMemory(dir: string, pid: number): void {
+export function snapshotCodeMemory(dir: string, pid: number, threadId = 0): void {
+  // a worker thread's isolate has a copy of its own, gone with the worker: each records its own
+  const name = threadId === 0 ? `${pid}` : `${pid}.t${threadId}`;
   const maps = readFileSync('/proc/self/maps', 'utf8');
-  writeFileSync(join(dir, `maps.${pid}.txt`), maps);
+  writeFileSync(join(dir, `maps.${name}.txt`), maps);
   const files = new Map<string, { offset: number; end: number }[]>();
   const anonymous: { start: number; end: number }[] = [];
   for (const line of maps.split('\n')) {
@@ -60,7 +63,7 @@ export function snapshotCodeMemory(dir: string, pid: number): void {
         }
       }
     }
-    writeFileSync(join(dir, `pageheads.${pid}.bin`), Buffer.concat(out));
+    writeFileSync(join(dir, `pageheads.${name}.bin`), Buffer.concat(out));
   } finally {
     closeSync(fd);
   }
