@@ -277,8 +277,16 @@ interface CodeCopies {
  */
 function watchCodeCopies(runDir: string, on: boolean): CodeCopies {
   const seen = new Map<number, Map<string, CodeCopy>>();
+  let stopped = false;
   const look = () => {
-    for (const { pid } of readMarkers(runDir)) {
+    if (stopped) return;
+    let markers: ProcessMarker[];
+    try {
+      markers = readMarkers(runDir);
+    } catch {
+      return; // the run's folder gone (the run ending)
+    }
+    for (const { pid } of markers) {
       const found = codeCopiesOf(pid);
       if (found.length === 0) continue;
       const known = seen.get(pid) ?? new Map<string, CodeCopy>();
@@ -288,10 +296,11 @@ function watchCodeCopies(runDir: string, on: boolean): CodeCopies {
   };
   const timer = on ? setInterval(look, 1000) : undefined;
   timer?.unref();
-  if (on) setTimeout(look, 200).unref();
+  const first = on ? setTimeout(look, 200) : undefined;
+  first?.unref();
   return {
     of(pid, final) {
-      if (!final) look();
+      if (!final && !stopped) look();
       // what was seen while it ran, then what its threads recorded as they ended (newer wins)
       const all = [...(seen.get(pid)?.values() ?? [])];
       let names: string[] = [];
@@ -312,7 +321,9 @@ function watchCodeCopies(runDir: string, on: boolean): CodeCopies {
       return all;
     },
     stop() {
+      stopped = true;
       if (timer) clearInterval(timer);
+      if (first) clearTimeout(first);
     },
   };
 }
