@@ -31,6 +31,7 @@
 
 #include "fastmath.h"
 #include "internal.h"
+#include "signals.h"
 
 __thread mp_thread_t mp_tls __attribute__((tls_model("initial-exec")));
 /* Pinned-to-zero state for exact counting, kept apart from the fast-path field. */
@@ -392,17 +393,27 @@ static void* sampled_alloc(mp_thread_t* t, size_t size, size_t align, bool zero,
 
 /* A sampler section: in_sample is set before in_profiler and cleared after it, so that a
  * signal never finds in_profiler without in_sample here (it would end the process without a
- * profile, signals.c); with in_sample alone it finds no lock held and dumps at once. */
-static inline bool enter_sample(mp_thread_t* t) {
+ * profile, signals.c); with in_sample alone it finds no lock held and dumps at once.
+ * mp_sample_frame (signals.h) holds the frame of the function that runs the outermost section,
+ * set before in_sample and cleared before it is put back: a section that a handler leaves by
+ * siglongjmp is recognised by it (mp_sample_recover, signals.c). One store each way: inlined
+ * always, so that the frame is the caller's, which stays put for the whole section. */
+static inline __attribute__((always_inline)) bool enter_sample(mp_thread_t* t) {
+  uintptr_t frame = (uintptr_t)__builtin_frame_address(0);
   bool was = t->in_sample; /* a handler's malloc may nest in the instant before in_profiler */
+  if (mp_unlikely(was) && mp_sample_stale(t, frame)) was = false; /* left by a jump: a section anew */
+  if (!was) mp_sample_frame = frame;
+  atomic_signal_fence(memory_order_seq_cst);
   t->in_sample = true;
   atomic_signal_fence(memory_order_seq_cst);
   t->in_profiler = true;
   return was;
 }
 
-static inline void leave_sample(mp_thread_t* t, bool was) {
+static inline __attribute__((always_inline)) void leave_sample(mp_thread_t* t, bool was) {
   mp_profiler_leave(t, false);
+  atomic_signal_fence(memory_order_seq_cst);
+  if (!was) mp_sample_frame = 0;
   atomic_signal_fence(memory_order_seq_cst);
   t->in_sample = was;
 }
@@ -420,7 +431,8 @@ unsigned mp_sample_capture(uintptr_t* frames, unsigned max, const caller_t* c, u
 static mp_recorded_t recorded_of(const void* p) {
   mp_recorded_t r = {0, false};
   mp_thread_t* t = &mp_tls;
-  if (!at_sample_place(p) || t->in_profiler) return r; /* in the profiler a shard lock may be held */
+  if (!at_sample_place(p)) return r;
+  if (t->in_profiler && !mp_sample_recover(t, (uintptr_t)__builtin_frame_address(0))) return r; /* a shard lock may be held */
   bool was = enter_sample(t);
   r = mp_table_lookup((uintptr_t)p);
   leave_sample(t, was);
@@ -437,7 +449,7 @@ static void* alloc_common(mp_thread_t* t, uint64_t left, uint64_t undo, size_t s
                           const caller_t* c) {
   bool zero = (flags & MP_ZERO) != 0;
   void* p;
-  if (t->in_profiler) {
+  if (t->in_profiler && !mp_sample_recover(t, c->sp)) {
     /* The profiler's own allocation (unwinder, pthread): never sampled, and the thread's
      * distance to its next sample must survive it, so the subtraction is undone. */
     t->countdown += undo;
@@ -481,6 +493,7 @@ static mp_noinline void free_watched(void* p, bool events);
  * the first test: this part stays small (no frame) for them. */
 mp_noinline void mp_free_slow(void* p) {
   if (p == NULL) return;
+  if (mp_unlikely(mp_tls.countdown > MP_COUNTDOWN_MAX)) mp_countdown_left(&mp_tls); /* signals.h */
   bool events = tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed);
   if (mp_likely(!events && !maybe_sampled(p))) mi_free(p);
   else free_watched(p, events);
@@ -488,7 +501,7 @@ mp_noinline void mp_free_slow(void* p) {
 
 static mp_noinline void free_watched(void* p, bool events) {
   mp_thread_t* t = &mp_tls;
-  bool guard = t->in_profiler;
+  bool guard = t->in_profiler && !mp_sample_recover(t, (uintptr_t)__builtin_frame_address(0));
   if (guard) {
     (void)take_record(p); /* the profiler's own free: not counted */
     mi_free(p);
@@ -520,7 +533,7 @@ mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
     mp_free_slow(p);
     return NULL;
   }
-  if (t->in_profiler) return mi_realloc(p, size);
+  if (t->in_profiler && !mp_sample_recover(t, c.sp)) return mi_realloc(p, size);
   bool was = enter_sample(t);
   bool events = tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed);
   bool sampled = decide(t, left, size);

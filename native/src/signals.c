@@ -23,29 +23,49 @@
  * once; a person pressing Ctrl-C twice is slower than that. A signal the process sends itself
  * takes no part in this.
  *
- * sigaction and signal are interposed so that the program sets and reads its own view; every
- * other signal goes straight to glibc. A signal that lands while its thread samples (it may
- * hold a table lock) is acted on when the sample is done, microseconds later: the program's
- * handler runs at once, the dump and the default action wait (end_with_profile). The dump
- * uses only mmap, open, write, rename and dl_iterate_phdr. */
+ * Every glibc call that sets a disposition is interposed: sigaction, signal (bsd_signal,
+ * ssignal), sysv_signal (__sysv_signal, which `signal` is under strict X/Open), sigset,
+ * sigignore, and siginterrupt, whose set bsd_signal reads. For these four signals, once active,
+ * each does what glibc's does through this file's sigaction; for every other signal, and before
+ * activation, each is glibc's own (the next definition, looked up at load), so that its
+ * semantics are glibc's exactly. What is reported (flags, mask) is what the kernel reports for
+ * the program's disposition. A disposition set behind this file's back all the same (a raw
+ * rt_sigaction, an old binary's sigvec) is found when the view is next read, and adopted.
+ *
+ * A signal that lands while its thread samples (it may hold a table lock) is acted on when
+ * the sample is done, microseconds later: the program's handler runs at once, the dump and the
+ * default action wait (end_with_profile). A sample that never ends (a handler left it with
+ * siglongjmp) is recognised by where the interrupted code runs (signals.h), and else a
+ * deferral comes due after DEFER_NS all the same. The dump uses only mmap, open, write,
+ * rename and dl_iterate_phdr. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include "internal.h"
+#include "signals.h"
 
 /* glibc's implementation under its exported internal name: no dlsym needed. */
 extern int __sigaction(int sig, const struct sigaction* act, struct sigaction* old);
+
+#ifndef SA_INTERRUPT
+#define SA_INTERRUPT 0x20000000 /* glibc's sysv_signal sets it: a historical no-op */
+#endif
+
+__thread uintptr_t mp_sample_frame __attribute__((tls_model("initial-exec")));
 
 static const int managed[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 #define MANAGED (sizeof(managed) / sizeof(*managed))
 
 typedef struct view_s {
   atomic_uint seq;      /* odd while being written (a seqlock: the handler only reads) */
-  struct sigaction act; /* the program's disposition */
+  struct sigaction act; /* the program's disposition, as the kernel would report it */
 } view_t;
 
 static view_t views[MANAGED];
@@ -56,12 +76,25 @@ static _Atomic(int64_t) last_seen[MANAGED][2];
 #define MP_DUPLICATE_NS ((int64_t)250 * 1000 * 1000)
 static atomic_flag writing = ATOMIC_FLAG_INIT;
 static atomic_int ending; /* 0; 1 while a fatal signal's dump is written; 2 after it */
+/* siginterrupt's set, bit sig-1: glibc keeps its own (bsd_signal reads it, hidden) and this one
+ * follows it for the signals this file answers for. Updated by every siginterrupt call. */
+static _Atomic(uint64_t) interruptible;
+
+/* A deferral is acted on at the latest this long after it began: a sampler section takes
+ * microseconds, so one still running then was left by a jump, or is stuck. */
+#define DEFER_NS (100L * 1000 * 1000)
+/* A dump made after such a deadline may wait on a lock the abandoned section took with it:
+ * the process ends by its signal, without the profile, when the dump takes longer than this. */
+#define WATCHDOG_NS (2L * 1000 * 1000 * 1000)
 
 static int slot_of(int sig) {
   for (unsigned i = 0; i < MANAGED; i++)
     if (managed[i] == sig) return (int)i;
   return -1;
 }
+
+/* The slot of a signal this file answers for now; -1 for any other (glibc's own code). */
+static int managed_slot(int sig) { return atomic_load_explicit(&active, memory_order_acquire) ? slot_of(sig) : -1; }
 
 static void read_view(int slot, struct sigaction* out) {
   view_t* v = &views[slot];
@@ -83,10 +116,23 @@ static void write_view(int slot, const struct sigaction* act) {
 
 static void on_signal(int sig, siginfo_t* info, void* context);
 
-/* The kernel's disposition for the program's `act`. */
-static int apply(int sig, const struct sigaction* act) {
-  if (act->sa_handler == SIG_IGN) return __sigaction(sig, act, NULL);
-  struct sigaction k;
+/* Whether the kernel's disposition `k` is the one apply() makes for the view `v`. */
+static bool kernel_follows(const struct sigaction* v, const struct sigaction* k) {
+  if (v->sa_handler == SIG_IGN) return k->sa_handler == SIG_IGN;
+  return (k->sa_flags & SA_SIGINFO) && k->sa_sigaction == on_signal;
+}
+
+/* Sets the kernel's disposition for the program's `act` and stores in `view` what the kernel
+ * would report for `act` itself (glibc adds SA_RESTORER, the kernel drops flags it does not
+ * know and SIGKILL/SIGSTOP from the mask): the bits that the kernel added to or removed from
+ * what was set, applied to the program's flags. */
+static int apply(int sig, const struct sigaction* act, struct sigaction* view) {
+  struct sigaction k, back;
+  if (act->sa_handler == SIG_IGN) {
+    int rc = __sigaction(sig, act, NULL);
+    if (rc == 0 && __sigaction(sig, NULL, view) != 0) *view = *act;
+    return rc;
+  }
   memset(&k, 0, sizeof(k));
   k.sa_sigaction = on_signal;
   if (act->sa_handler == SIG_DFL) {
@@ -96,46 +142,133 @@ static int apply(int sig, const struct sigaction* act) {
     k.sa_mask = act->sa_mask;
     k.sa_flags = (act->sa_flags | SA_SIGINFO) & ~SA_RESETHAND;
   }
-  return __sigaction(sig, &k, NULL);
+  int rc = __sigaction(sig, &k, NULL);
+  if (rc != 0) return rc;
+  *view = *act;
+  if (__sigaction(sig, NULL, &back) != 0) return 0;
+  int added = back.sa_flags & ~k.sa_flags, removed = k.sa_flags & ~back.sa_flags;
+  view->sa_flags = (act->sa_flags | added) & ~removed;
+  if (act->sa_handler == SIG_DFL) {
+    sigdelset(&view->sa_mask, SIGKILL);
+    sigdelset(&view->sa_mask, SIGSTOP);
+  } else {
+    view->sa_mask = back.sa_mask;
+  }
+  view->sa_restorer = back.sa_restorer;
+  return 0;
 }
 
-/* Writes the profile, then ends the process by `sig` with its default action. A thread
- * inside the profiler may hold a table lock the dump needs. In a sampler section (short,
- * never waiting for long) it goes on to the end of the section, which calls back here
- * (mp_profiler_leave, mp_signal_resume); elsewhere (a dump, an API call, fork's handlers,
- * exit's dump: possibly long, or stuck on a lock this very thread holds) the signal ends the
- * process at once, without a profile: it must never be kept from ending it. */
-static void end_with_profile(int sig) {
-  if (mp_tls.in_profiler && mp_tls.in_sample) {
+/* ---- sections left by a jump, deferrals that come due ------------------------------------- */
+
+static inline bool on_stack(const mp_thread_t* t, uintptr_t a) { return t->stack_lo <= a && a < t->stack_hi; }
+
+/* The hostile-signals test's controls: the old signal() (SA_RESTART always, through this
+ * file's sigaction, for every signal), and the old view (sigset, sysv_signal, sigignore and
+ * siginterrupt straight to glibc, nothing adopted). */
+#define OLD_SIGNAL "MP_TEST_OLD_SIGNAL"
+#define OLD_VIEW "MP_TEST_OLD_SIGNAL_VIEW"
+
+static bool test_hook(const char* name) {
 #ifdef MP_TEST_HOOKS
-    if (!mp_test_hook("MP_TEST_NO_SIGNAL_DEFER")) /* the deferral test's control: no profile */
+  return mp_test_hook(name);
+#else
+  (void)name;
+  return false;
 #endif
-    {
-      mp_tls.deferred_signal = sig;
-      return;
-    }
+}
+
+static bool recovery_off(void) {
+#ifdef MP_TEST_HOOKS
+  return mp_test_hook("MP_TEST_NO_SAMPLE_RECOVERY"); /* the hostile-signals test's control: the old behaviour */
+#else
+  return false;
+#endif
+}
+
+/* The stack pointer of the code a signal interrupted; 0 when not known. */
+static uintptr_t interrupted_sp(const void* context) {
+  if (context == NULL) return 0;
+  const ucontext_t* uc = context;
+#if defined(__x86_64__)
+  return (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+#elif defined(__aarch64__)
+  return (uintptr_t)uc->uc_mcontext.sp;
+#else
+  return 0;
+#endif
+}
+
+/* Whether the thread's sampler section was left by a jump, judged from the stack pointer of
+ * the code a signal interrupted (signals.h: a running section keeps it at or below its frame). */
+static bool left_at(const mp_thread_t* t, uintptr_t sp) {
+  uintptr_t f = mp_sample_frame;
+  return f != 0 && sp != 0 && on_stack(t, f) && on_stack(t, sp) && sp > f;
+}
+
+/* The section's flags cleared, in the order leave_sample clears them. Only for a section that
+ * holds no profiler lock: one held by it would never be released (debug builds know, through
+ * mp_locks_held; production builds do not track locks, where the watchdog bounds a dump). */
+static void forget_section(mp_thread_t* t) {
+  t->in_profiler = false;
+  atomic_signal_fence(memory_order_seq_cst);
+  mp_sample_frame = 0;
+  atomic_signal_fence(memory_order_seq_cst);
+  t->in_sample = false;
+}
+
+bool mp_sample_recover(mp_thread_t* t, uintptr_t frame) {
+  uintptr_t f = mp_sample_frame;
+  if (!t->in_sample || f == 0 || !on_stack(t, f) || !on_stack(t, frame) || frame < f) return false;
+  if (recovery_off() || mp_locks_held() != 0) return false;
+  forget_section(t);
+  if (t->deferred_signal != 0) mp_signal_resume(); /* a fatal signal waited for this section: no return */
+  return true;
+}
+
+void mp_countdown_left(mp_thread_t* t) {
+  if (!recovery_off()) t->countdown = 0;
+}
+
+/* One POSIX timer per thread that deferred a signal, sending that signal to that thread, its
+ * value `timer_token`: the deadline of a deferral, then the watchdog of the dump. A fork child
+ * has no timers (the pid says whose it is). Made and armed with system calls only (glibc's
+ * timer_create is not async-signal-safe for every kind of notification). */
+static char timer_token;
+static __thread int timer_id __attribute__((tls_model("initial-exec")));
+static __thread int timer_sig __attribute__((tls_model("initial-exec")));
+static __thread pid_t timer_pid __attribute__((tls_model("initial-exec")));
+static __thread bool dumping_here __attribute__((tls_model("initial-exec"))); /* a watched dump runs on this thread */
+
+static bool arm_timer(int sig, long ns) {
+  pid_t pid = getpid();
+  if (timer_pid != pid || timer_sig != sig) {
+    if (timer_pid == pid) (void)syscall(SYS_timer_delete, timer_id);
+    timer_pid = 0;
+    struct sigevent ev;
+    memset(&ev, 0, sizeof(ev));
+    ev.sigev_notify = SIGEV_THREAD_ID;
+    ev.sigev_signo = sig;
+    ev.sigev_value.sival_ptr = &timer_token;
+    ev._sigev_un._tid = (pid_t)syscall(SYS_gettid);
+    int id = 0;
+    if (syscall(SYS_timer_create, CLOCK_MONOTONIC, &ev, &id) != 0) return false;
+    timer_id = id;
+    timer_sig = sig;
+    timer_pid = pid;
   }
-  int saved = errno;
-  /* Past this point the process ends: no later signal is deferred on this thread (its dump is
-   * not a sample), and one thread dumps. It blocks the managed signals meanwhile; a signal
-   * that another thread takes waits for that dump (a few seconds at most), then ends the
-   * process too, so a second Ctrl-C neither restarts the dump nor cuts it short. */
-  mp_tls.in_sample = false;
-  int idle = 0;
-  if (atomic_compare_exchange_strong(&ending, &idle, 1)) {
-    sigset_t managed_set;
-    sigemptyset(&managed_set);
-    for (unsigned i = 0; i < MANAGED; i++) sigaddset(&managed_set, managed[i]);
-    pthread_sigmask(SIG_BLOCK, &managed_set, NULL);
-    if (!mp_tls.in_profiler && atomic_load(&mp_state.running) && mp_state.dump_at_exit[0] != 0) {
-      if (mp_env.dump_peak_at_exit[0] != 0) (void)mp_dump(mp_env.dump_peak_at_exit, mp_state.dump_format, true);
-      if (mp_dump(mp_state.dump_at_exit, mp_state.dump_format, false)) atomic_store(&mp_state.running, false);
-    }
-    atomic_store(&ending, 2);
-  } else {
-    struct timespec ms = {0, 1000 * 1000};
-    for (int i = 0; i < 5000 && atomic_load(&ending) == 1; i++) nanosleep(&ms, NULL);
-  }
+  struct itimerspec when;
+  memset(&when, 0, sizeof(when));
+  when.it_value.tv_sec = ns / 1000000000L;
+  when.it_value.tv_nsec = ns % 1000000000L;
+  return syscall(SYS_timer_settime, timer_id, 0, &when, NULL) == 0;
+}
+
+static bool from_timer(const siginfo_t* info) {
+  return info != NULL && info->si_code == SI_TIMER && info->si_value.sival_ptr == &timer_token && timer_pid != 0;
+}
+
+/* Ends the process by `sig`, with its default action, from its handler (sig blocked). */
+static void die_by(int sig) {
   struct sigaction dfl;
   memset(&dfl, 0, sizeof(dfl));
   dfl.sa_handler = SIG_DFL;
@@ -144,16 +277,87 @@ static void end_with_profile(int sig) {
   sigset_t only;
   sigemptyset(&only);
   sigaddset(&only, sig);
-  errno = saved;
   raise(sig);                                 /* pending while this handler blocks it */
   pthread_sigmask(SIG_UNBLOCK, &only, NULL); /* delivered now: the default action */
+}
+
+/* Writes the profile, then ends the process by `sig` with its default action. A thread
+ * inside the profiler may hold a table lock the dump needs. In a sampler section (short,
+ * never waiting for long) it goes on to the end of the section, which calls back here
+ * (mp_profiler_leave, mp_signal_resume); elsewhere (a dump, an API call, fork's handlers,
+ * exit's dump: possibly long, or stuck on a lock this very thread holds) the signal ends the
+ * process at once, without a profile: it must never be kept from ending it.
+ * A section that the interrupted code is above (`context`) was left by a jump: it is forgotten
+ * and the signal acted on now. A deferral whose deadline came (`overdue`) is acted on as if its
+ * section had been left; a dump after either is watched (WATCHDOG_NS). */
+static void end_with_profile(int sig, const void* context, bool overdue) {
+  mp_thread_t* t = &mp_tls;
+  bool watched = false;
+  if (t->in_profiler && t->in_sample) {
+    bool recover = !recovery_off() && mp_locks_held() == 0;
+    if (recover && left_at(t, interrupted_sp(context))) {
+      forget_section(t);
+      watched = true;
+    } else if (!overdue) {
+#ifdef MP_TEST_HOOKS
+      if (!mp_test_hook("MP_TEST_NO_SIGNAL_DEFER")) /* the deferral test's control: no profile */
+#endif
+      {
+        t->deferred_signal = sig;
+        if (!recovery_off()) (void)arm_timer(sig, DEFER_NS);
+        return;
+      }
+    } else if (mp_sample_frame == 0) {
+      (void)arm_timer(sig, DEFER_NS); /* fork's window (process.c), not a section: it ends by itself */
+      return;
+    } else if (recover) {
+      forget_section(t);
+      watched = true;
+    } else { /* the section took a profiler lock with it: a dump would wait for it forever */
+      mp_write_stderr("a signal handler left the profiler holding a lock (siglongjmp?): no profile written");
+    }
+  }
+  t->deferred_signal = 0;
+  int saved = errno;
+  /* Past this point the process ends: no later signal is deferred on this thread (its dump is
+   * not a sample), and one thread dumps. It blocks the managed signals meanwhile; a signal
+   * that another thread takes waits for that dump (a few seconds at most), then ends the
+   * process too, so a second Ctrl-C neither restarts the dump nor cuts it short. A watched
+   * dump leaves its own signal unblocked for the watchdog's timer, and ignores the rest. */
+  t->in_sample = false;
+  int idle = 0;
+  if (atomic_compare_exchange_strong(&ending, &idle, 1)) {
+    sigset_t managed_set;
+    sigemptyset(&managed_set);
+    for (unsigned i = 0; i < MANAGED; i++) sigaddset(&managed_set, managed[i]);
+    pthread_sigmask(SIG_BLOCK, &managed_set, NULL);
+    if (!t->in_profiler && atomic_load(&mp_state.running) && mp_state.dump_at_exit[0] != 0) {
+      if (watched && arm_timer(sig, WATCHDOG_NS)) {
+        sigset_t only;
+        sigemptyset(&only);
+        sigaddset(&only, sig);
+        dumping_here = true;
+        pthread_sigmask(SIG_UNBLOCK, &only, NULL);
+      }
+      if (mp_env.dump_peak_at_exit[0] != 0) (void)mp_dump(mp_env.dump_peak_at_exit, mp_state.dump_format, true);
+      if (mp_dump(mp_state.dump_at_exit, mp_state.dump_format, false)) atomic_store(&mp_state.running, false);
+      pthread_sigmask(SIG_BLOCK, &managed_set, NULL);
+    }
+    atomic_store(&ending, 2);
+  } else {
+    /* not nanosleep: a cancellation point, where a pending cancel would unwind this handler */
+    struct timespec ms = {0, 1000 * 1000};
+    for (int i = 0; i < 5000 && atomic_load(&ending) == 1; i++) (void)syscall(SYS_nanosleep, &ms, NULL);
+  }
+  errno = saved;
+  die_by(sig);
 }
 
 void mp_signal_resume(void) {
   int sig = mp_tls.deferred_signal;
   mp_tls.deferred_signal = 0;
   mp_assert(!mp_tls.in_profiler);
-  if (sig != 0) end_with_profile(sig); /* no return */
+  if (sig != 0) end_with_profile(sig, NULL, false); /* no return */
 }
 
 /* Whether this delivery is the other half of a signal that run forwarded (see above). */
@@ -180,13 +384,22 @@ static void on_signal(int sig, siginfo_t* info, void* context) {
   int slot = slot_of(sig);
   struct sigaction prog;
   if (slot < 0) return;
+  if (dumping_here) { /* a watched dump runs on this thread (end_with_profile) */
+    if (from_timer(info)) die_by(sig); /* it took too long: no profile */
+    return;                            /* the dump ends the process by its signal anyway */
+  }
+  if (from_timer(info)) { /* a deferral's deadline; stale when the deferral was acted on */
+    int deferred = mp_tls.deferred_signal;
+    if (deferred != 0) end_with_profile(deferred, context, true);
+    return;
+  }
   int saved = errno;
   bool twice = duplicate(slot, info);
   errno = saved;
   if (twice) return;
   read_view(slot, &prog);
   if (prog.sa_handler == SIG_DFL) {
-    end_with_profile(sig);
+    end_with_profile(sig, context, false);
     return;
   }
   if (prog.sa_handler == SIG_IGN) return;
@@ -200,8 +413,10 @@ static void on_signal(int sig, siginfo_t* info, void* context) {
   else prog.sa_handler(sig);
 }
 
+/* ---- the interposed calls ----------------------------------------------------------------- */
+
 __attribute__((visibility("default"))) int sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
-  int slot = atomic_load_explicit(&active, memory_order_acquire) ? slot_of(sig) : -1;
+  int slot = managed_slot(sig);
   if (slot < 0) return __sigaction(sig, act, old);
   /* every signal blocked while `writing` is held: a handler that calls signal() or sigaction()
    * on this thread would otherwise spin on it forever */
@@ -209,12 +424,17 @@ __attribute__((visibility("default"))) int sigaction(int sig, const struct sigac
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &before_mask);
   while (atomic_flag_test_and_set_explicit(&writing, memory_order_acquire)) {}
-  struct sigaction before;
+  struct sigaction before, kernel, view;
   read_view(slot, &before);
+  /* set behind the view's back (a raw rt_sigaction, an old binary's sigvec): adopted */
+  if (!test_hook(OLD_VIEW) && __sigaction(sig, NULL, &kernel) == 0 && !kernel_follows(&before, &kernel)) {
+    before = kernel;
+    if (apply(sig, &kernel, &view) == 0) write_view(slot, &view);
+  }
   int rc = 0;
   if (act != NULL) {
-    rc = apply(sig, act);
-    if (rc == 0) write_view(slot, act);
+    rc = apply(sig, act, &view);
+    if (rc == 0) write_view(slot, &view);
   }
   atomic_flag_clear_explicit(&writing, memory_order_release);
   pthread_sigmask(SIG_SETMASK, &before_mask, NULL);
@@ -222,27 +442,164 @@ __attribute__((visibility("default"))) int sigaction(int sig, const struct sigac
   return rc;
 }
 
-/* glibc's signal(): BSD semantics (the signal blocked in its handler, calls restarted). Its
- * own signal() would reach the kernel without this file's sigaction. */
-__attribute__((visibility("default"))) sighandler_t signal(int sig, sighandler_t handler) {
+/* glibc's own definitions, for every signal that is not answered for here. Looked up at load
+ * (dlsym is no call for a signal handler, where signal() may run); a call before that (another
+ * library's constructor) looks up then. */
+typedef sighandler_t (*set_fn)(int, sighandler_t);
+typedef int (*int_fn)(int);
+static _Atomic(set_fn) next_bsd_signal, next_sysv_signal, next_sigset;
+static _Atomic(int_fn) next_sigignore;
+static _Atomic(int (*)(int, int)) next_siginterrupt;
+
+static void* next_of(const char* name) { return dlsym(RTLD_NEXT, name); }
+
+#define NEXT(var, name)                                                                       \
+  ({                                                                                          \
+    __typeof__(atomic_load(&var)) f_ = atomic_load_explicit(&var, memory_order_relaxed);      \
+    if (f_ == NULL) {                                                                         \
+      f_ = (__typeof__(f_))next_of(name);                                                     \
+      atomic_store_explicit(&var, f_, memory_order_relaxed);                                  \
+    }                                                                                         \
+    f_;                                                                                       \
+  })
+
+__attribute__((constructor)) static void look_up_next(void) {
+  (void)NEXT(next_bsd_signal, "bsd_signal");
+  (void)NEXT(next_sysv_signal, "__sysv_signal");
+  (void)NEXT(next_sigset, "sigset");
+  (void)NEXT(next_sigignore, "sigignore");
+  (void)NEXT(next_siginterrupt, "siginterrupt");
+}
+
+static bool is_interruptible(int sig) {
+  return sig >= 1 && sig <= 64 && (atomic_load_explicit(&interruptible, memory_order_relaxed) >> (sig - 1) & 1);
+}
+
+/* glibc's __bsd_signal, for a signal answered for here: the signal blocked in its handler,
+ * calls restarted unless siginterrupt made the signal interrupt them. */
+static sighandler_t bsd_signal_here(int sig, sighandler_t handler) {
+  if (handler == SIG_ERR) {
+    errno = EINVAL;
+    return SIG_ERR;
+  }
   struct sigaction act, old;
   memset(&act, 0, sizeof(act));
   act.sa_handler = handler;
   sigemptyset(&act.sa_mask);
-  if (sig > 0 && sig < NSIG) sigaddset(&act.sa_mask, sig);
-  act.sa_flags = SA_RESTART;
+  sigaddset(&act.sa_mask, sig);
+  act.sa_flags = is_interruptible(sig) ? 0 : SA_RESTART;
   if (sigaction(sig, &act, &old) != 0) return SIG_ERR;
   return old.sa_handler;
+}
+
+static sighandler_t bsd_signal_any(int sig, sighandler_t handler) {
+  if (test_hook(OLD_SIGNAL)) {
+    struct sigaction act, old;
+    memset(&act, 0, sizeof(act));
+    act.sa_handler = handler;
+    sigemptyset(&act.sa_mask);
+    if (sig > 0 && sig < NSIG) sigaddset(&act.sa_mask, sig);
+    act.sa_flags = SA_RESTART;
+    return sigaction(sig, &act, &old) != 0 ? SIG_ERR : old.sa_handler;
+  }
+  if (managed_slot(sig) >= 0) return bsd_signal_here(sig, handler);
+  set_fn next = NEXT(next_bsd_signal, "bsd_signal");
+  if (next == NULL) { /* no glibc definition found: its semantics, here (siginterrupt's set is ours) */
+    if (sig < 1 || sig >= NSIG) {
+      errno = EINVAL;
+      return SIG_ERR;
+    }
+    return bsd_signal_here(sig, handler);
+  }
+  return next(sig, handler);
+}
+
+__attribute__((visibility("default"))) sighandler_t signal(int sig, sighandler_t handler) { return bsd_signal_any(sig, handler); }
+__attribute__((visibility("default"))) sighandler_t bsd_signal(int sig, sighandler_t handler) { return bsd_signal_any(sig, handler); }
+__attribute__((visibility("default"))) sighandler_t ssignal(int sig, sighandler_t handler) { return bsd_signal_any(sig, handler); }
+
+/* glibc's __sysv_signal: one-shot, not blocked in its handler, calls interrupted. */
+static sighandler_t sysv_signal_any(int sig, sighandler_t handler) {
+  set_fn next = managed_slot(sig) >= 0 && !test_hook(OLD_VIEW) ? NULL : NEXT(next_sysv_signal, "__sysv_signal");
+  if (next != NULL) return next(sig, handler);
+  if (handler == SIG_ERR || sig < 1 || sig >= NSIG) {
+    errno = EINVAL;
+    return SIG_ERR;
+  }
+  struct sigaction act, old;
+  memset(&act, 0, sizeof(act));
+  act.sa_handler = handler;
+  sigemptyset(&act.sa_mask);
+  act.sa_flags = (SA_RESETHAND | SA_NODEFER | SA_INTERRUPT) & ~SA_RESTART;
+  if (sigaction(sig, &act, &old) != 0) return SIG_ERR;
+  return old.sa_handler;
+}
+
+__attribute__((visibility("default"))) sighandler_t sysv_signal(int sig, sighandler_t handler) { return sysv_signal_any(sig, handler); }
+__attribute__((visibility("default"))) sighandler_t __sysv_signal(int sig, sighandler_t handler) { return sysv_signal_any(sig, handler); }
+
+/* glibc's sigset (System V): SIG_HOLD blocks the signal; anything else is set with no mask and
+ * no flags, and unblocks it. SIG_HOLD is answered when the signal was blocked. */
+__attribute__((visibility("default"))) sighandler_t sigset(int sig, sighandler_t disp) {
+  set_fn next = managed_slot(sig) >= 0 && !test_hook(OLD_VIEW) ? NULL : NEXT(next_sigset, "sigset");
+  if (next != NULL) return next(sig, disp);
+  sigset_t set, oset;
+  sigemptyset(&set);
+  if (disp == SIG_ERR || sigaddset(&set, sig) < 0) {
+    errno = EINVAL;
+    return SIG_ERR;
+  }
+  struct sigaction act, old;
+  if (disp == SIG_HOLD) {
+    if (sigprocmask(SIG_BLOCK, &set, &oset) < 0) return SIG_ERR;
+    if (sigismember(&oset, sig)) return SIG_HOLD;
+    if (sigaction(sig, NULL, &old) < 0) return SIG_ERR;
+    return old.sa_handler;
+  }
+  memset(&act, 0, sizeof(act));
+  act.sa_handler = disp;
+  sigemptyset(&act.sa_mask);
+  act.sa_flags = 0;
+  if (sigaction(sig, &act, &old) < 0) return SIG_ERR;
+  if (sigprocmask(SIG_UNBLOCK, &set, &oset) < 0) return SIG_ERR;
+  return sigismember(&oset, sig) ? SIG_HOLD : old.sa_handler;
+}
+
+__attribute__((visibility("default"))) int sigignore(int sig) {
+  int_fn next = managed_slot(sig) >= 0 && !test_hook(OLD_VIEW) ? NULL : NEXT(next_sigignore, "sigignore");
+  if (next != NULL) return next(sig);
+  struct sigaction act;
+  memset(&act, 0, sizeof(act));
+  act.sa_handler = SIG_IGN;
+  sigemptyset(&act.sa_mask);
+  return sigaction(sig, &act, NULL);
+}
+
+/* glibc's siginterrupt: the signal joins (or leaves) the set that bsd_signal reads, and its
+ * current disposition gets SA_RESTART cleared (or set). */
+__attribute__((visibility("default"))) int siginterrupt(int sig, int interrupt) {
+  if (sig >= 1 && sig <= 64) {
+    uint64_t bit = (uint64_t)1 << (sig - 1);
+    if (interrupt) atomic_fetch_or_explicit(&interruptible, bit, memory_order_relaxed);
+    else atomic_fetch_and_explicit(&interruptible, ~bit, memory_order_relaxed);
+  }
+  int (*next)(int, int) = managed_slot(sig) >= 0 && !test_hook(OLD_VIEW) ? NULL : NEXT(next_siginterrupt, "siginterrupt");
+  if (next != NULL) return next(sig, interrupt);
+  struct sigaction act;
+  if (sigaction(sig, NULL, &act) < 0) return -1;
+  if (interrupt) act.sa_flags &= ~SA_RESTART;
+  else act.sa_flags |= SA_RESTART;
+  return sigaction(sig, &act, NULL) < 0 ? -1 : 0;
 }
 
 void mp_signals_install(void) {
   pid_t run = mp_run_pid();
   if (run > 1 && run == getppid()) run_pid = run;
   for (unsigned i = 0; i < MANAGED; i++) {
-    struct sigaction cur;
+    struct sigaction cur, view;
     if (__sigaction(managed[i], NULL, &cur) != 0) continue;
-    write_view((int)i, &cur);
-    if (cur.sa_handler != SIG_IGN) apply(managed[i], &cur);
+    write_view((int)i, &cur); /* as the kernel reports it: nothing set yet has no SA_RESTORER */
+    if (cur.sa_handler != SIG_IGN) (void)apply(managed[i], &cur, &view);
   }
   atomic_store_explicit(&active, true, memory_order_release);
 }

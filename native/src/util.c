@@ -90,11 +90,25 @@ static void note_unlock(const mp_lock_t* lock) {
 
 void mp_locks_forget(void) { held_locks.depth = 0; }
 unsigned mp_locks_held(void) { return held_locks.depth; }
+static inline void note_released(void) {}
 #else
-static inline void note_lock(const mp_lock_t* lock) { (void)lock; }
+/* Production builds count them: a sampler section that a signal handler left by siglongjmp is
+ * taken up again only when it held no lock (signals.c). Counted before a lock is tried and
+ * after it is released, so that 0 is never said of a thread that holds one (but for the
+ * instant after mp_lock_briefly's take). One TLS add each way. */
+static __thread unsigned held_count __attribute__((tls_model("initial-exec")));
+static inline void note_lock(const mp_lock_t* lock) {
+  (void)lock;
+  held_count++;
+  atomic_signal_fence(memory_order_seq_cst);
+}
 static inline void note_unlock(const mp_lock_t* lock) { (void)lock; }
-void mp_locks_forget(void) {}
-unsigned mp_locks_held(void) { return 0; }
+static inline void note_released(void) {
+  atomic_signal_fence(memory_order_seq_cst);
+  held_count--;
+}
+void mp_locks_forget(void) { held_count = 0; }
+unsigned mp_locks_held(void) { return held_count; }
 #endif
 
 static inline bool try_take(mp_lock_t* lock) {
@@ -124,6 +138,7 @@ bool mp_lock_briefly(mp_lock_t* lock) {
 void mp_unlock(mp_lock_t* lock) {
   note_unlock(lock);
   atomic_store_explicit(&lock->held, 0, memory_order_release);
+  note_released();
 }
 
 /* For the fork child, where only this thread exists: every lock is free again. */
