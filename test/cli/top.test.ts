@@ -11,13 +11,17 @@ before(() => {
   dir = cliFixtures();
 });
 const f = (name: string) => join(dir, name);
+/** The fixture's libc frame is named from this machine's libc: by its local symbol where a debug
+ * file for its build ID is installed (Debian's libc6-dbg, which valgrind brings), else as the
+ * object. Either is right; the expectations say `[libc.so.6]`. */
+const libcAsObject = (out: string) => out.replace(/ _nl_load_domain\n/g, ' [libc.so.6]\n');
 
 test('top FILE (gzipped proto, symbolised and not)', async () => {
   const r = await cli(['top', f('demo.pb.gz')]);
   assert.equal(r.status, 0, r.stderr);
   assert.equal(r.stderr, '');
   assert.equal(
-    r.stdout,
+    libcAsObject(r.stdout),
     `Type: inuse_space
 Total: 17.2MiB; showing 6 of 6 entries
    flat   flat%      cum    cum%  name
@@ -35,7 +39,7 @@ test('top FILE --sample-index alloc_objects -n 3 (counts are not humanised)', as
   const r = await cli(['top', f('demo.pb.gz'), '--sample-index', 'alloc_objects', '-n', '3']);
   assert.equal(r.status, 0, r.stderr);
   assert.equal(
-    r.stdout,
+    libcAsObject(r.stdout),
     `Type: alloc_objects
 Total: 98692; showing 3 of 7 entries
  flat   flat%    cum    cum%  name
