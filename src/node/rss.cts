@@ -16,7 +16,10 @@
  *  - native in use: the profiler's estimate and its standard error (exact counters where
  *    memory events are on); mimalloc's resident memory beyond it is the allocator's overhead.
  * What is left is `other`: memory mapped without libc's mmap (glibc's thread stacks of running
- * threads, the loader, raw system calls).
+ * threads, the loader, raw system calls), never negative. The anonymous parts come from the
+ * record's residency (mincore, per recorded range) and RSS from smaps; where the parts come to
+ * more than RSS (a few hundred KiB on Node: the two readings disagree on pages at the edges of
+ * what was read), `other` is 0 and the excess is `overcount`.
  */
 import { readdirSync, readFileSync, realpathSync } from 'node:fs';
 import { basename } from 'node:path';
@@ -181,11 +184,17 @@ function measureOnce(addon: NativeAddon, heap: V8HeapFigures): RssBreakdown {
     nativeInUse: stats.estimatedLiveBytes,
     nativeStdError: stats.estimatedLiveBytesStdError ?? 0,
     ...(exact !== undefined ? { nativeExact: exact } : {}),
-    ...(known ? { allocatorOverhead: byOwner.allocator - inUse, libraries: byOwner.library } : {}),
+    // the part in use is an estimate (or counts blocks never touched): where it comes to more
+    // than mimalloc has resident, the overhead is 0 and the excess said (docs/rss.md)
+    ...(known ? { allocatorOverhead: Math.max(0, byOwner.allocator - inUse), libraries: byOwner.library } : {}),
+    ...(known && inUse > byOwner.allocator ? { nativeNotResident: inUse - byOwner.allocator } : {}),
     ...(libraries.size > 0 ? { libraryNames: [...libraries].sort((a, b) => b[1] - a[1]).map(([name, bytes]) => ({ name, bytes })) } : {}),
     profiler,
     code,
     stacks,
-    other: rss - accounted,
+    // never negative: where the parts, read from two sources a few milliseconds apart, come to
+    // more than RSS, the excess is reported as such (docs/rss.md) and no part is made up for it
+    other: Math.max(0, rss - accounted),
+    ...(accounted > rss ? { overcount: accounted - rss } : {}),
   };
 }

@@ -27,8 +27,14 @@ export interface RssBreakdown {
   /** Exact usable bytes in use, where memory events are on (then in the sum instead). */
   nativeExact?: number;
   /** mimalloc's resident memory less the native memory in use (free pages and blocks it
-   * keeps); undefined where mimalloc's mappings cannot be told apart (then in `other`). */
+   * keeps), never negative; undefined where mimalloc's mappings cannot be told apart (then in
+   * `other`). */
   allocatorOverhead?: number;
+  /** Where the native memory in use (the estimate, or the exact figure) comes to more than
+   * mimalloc has resident (blocks allocated but never touched, or the estimate above the true
+   * figure): by how much. The part "native in use" is then what mimalloc has resident, and the
+   * overhead 0. */
+  nativeNotResident?: number;
   /** Memory other libraries (addons included) mapped themselves, resident; undefined where
    * owners cannot be told apart (then in `other`). */
   libraries?: number;
@@ -40,8 +46,13 @@ export interface RssBreakdown {
   code: number;
   /** Thread stacks (of threads blocked in a system call when measured, and the main one). */
   stacks: number;
-  /** RSS less every part above. */
+  /** RSS less every part above, never negative (0 where the parts come to more than RSS). */
   other: number;
+  /** How far the parts above come to more than RSS, where they do (then `other` is 0): the
+   * anonymous parts are read from the preload library's record (mincore per recorded range),
+   * RSS from smaps, a few milliseconds apart, and the two need not agree page for page. Not a
+   * part: no part is lowered to make up for it (docs/rss.md). */
+  overcount?: number;
 }
 
 const KEYS: readonly (keyof RssBreakdown)[] = [
@@ -53,19 +64,35 @@ const KEYS: readonly (keyof RssBreakdown)[] = [
   'nativeStdError',
   'nativeExact',
   'allocatorOverhead',
+  'nativeNotResident',
   'libraries',
   'profiler',
   'code',
   'stacks',
   'other',
+  'overcount',
 ];
 const PREFIX = 'rss_breakdown:';
 
-/** The parts that add up to `rss` (with `other`). */
-export function rssParts(b: RssBreakdown): { name: string; bytes: number }[] {
+/**
+ * A breakdown with `other` never negative: a negative `other` (measured before `overcount`
+ * existed, or computed by hand) becomes 0 and its size `overcount`.
+ */
+export function settleRssBreakdown(b0: RssBreakdown): RssBreakdown {
+  let b = b0;
+  if (b.allocatorOverhead !== undefined && b.allocatorOverhead < 0) {
+    b = { ...b, allocatorOverhead: 0, nativeNotResident: (b.nativeNotResident ?? 0) - b.allocatorOverhead };
+  }
+  if (b.other < 0) b = { ...b, other: 0, overcount: (b.overcount ?? 0) - b.other };
+  return b;
+}
+
+/** The parts that add up to `rss` (with `other`), less `overcount` where there is one. */
+export function rssParts(b0: RssBreakdown): { name: string; bytes: number }[] {
+  const b = settleRssBreakdown(b0);
   const parts = [
     { name: 'V8 and Node', bytes: b.runtime },
-    { name: 'native in use', bytes: b.nativeExact ?? b.nativeInUse },
+    { name: 'native in use', bytes: (b.nativeExact ?? b.nativeInUse) - (b.nativeNotResident ?? 0) },
     ...(b.allocatorOverhead !== undefined ? [{ name: 'allocator overhead', bytes: b.allocatorOverhead }] : []),
     ...(b.libraries !== undefined ? [{ name: 'libraries', bytes: b.libraries }] : []),
     { name: 'profiler', bytes: b.profiler },
@@ -75,7 +102,8 @@ export function rssParts(b: RssBreakdown): { name: string; bytes: number }[] {
   return [...parts, { name: 'other', bytes: b.other }];
 }
 
-export function formatRssComment(b: RssBreakdown): string {
+export function formatRssComment(b0: RssBreakdown): string {
+  const b = settleRssBreakdown(b0);
   const pairs = KEYS.filter((k) => typeof b[k] === 'number').map((k) => `${k}=${Math.round(b[k] as number)}`);
   return `${PREFIX} ${pairs.join(' ')}`;
 }
@@ -90,31 +118,42 @@ export function parseRssBreakdown(profile: Profile): RssBreakdown | undefined {
       const m = /^(\w+)=(-?\d+)$/.exec(pair);
       if (m) values.set(m[1]!, Number(m[2]));
     }
-    const optional: (keyof RssBreakdown)[] = ['nativeExact', 'allocatorOverhead', 'libraries'];
+    const optional: (keyof RssBreakdown)[] = ['nativeExact', 'allocatorOverhead', 'nativeNotResident', 'libraries', 'overcount'];
     const required = KEYS.filter((k) => !optional.includes(k));
     if (!required.every((k) => values.has(k))) return undefined;
-    return Object.fromEntries(KEYS.filter((k) => values.has(k)).map((k) => [k, values.get(k)!])) as unknown as RssBreakdown;
+    // a profile written before `other` was kept from going negative reads as it is written now
+    return settleRssBreakdown(Object.fromEntries(KEYS.filter((k) => values.has(k)).map((k) => [k, values.get(k)!])) as unknown as RssBreakdown);
   }
   return undefined;
 }
 
 /** Human lines, one per part, for a terminal. */
-export function formatRssLines(b: RssBreakdown, human: (n: number) => string): string[] {
+export function formatRssLines(b0: RssBreakdown, human: (n: number) => string): string[] {
+  const b = settleRssBreakdown(b0);
   const pct = (n: number) => (b.rss > 0 ? `${((100 * n) / b.rss).toFixed(1)}%` : '');
   const notes: Record<string, string> = {
     'V8 and Node': `the runtime's heaps and code; the main heap: ${human(b.v8Used)} used of ${human(b.v8Committed)} committed`,
     libraries: `mapped by libraries themselves${b.libraryNames?.length ? `: ${b.libraryNames.slice(0, 3).map((l) => `${l.name} ${human(l.bytes)}`).join(', ')}` : ''}`,
     'native in use':
-      b.nativeExact !== undefined
+      (b.nativeExact !== undefined
         ? `exact (memory events); the estimate is ${human(b.nativeInUse)} ± ${human(b.nativeStdError)}`
-        : `estimate ± ${human(b.nativeStdError)} (1 standard error)`,
+        : `estimate ± ${human(b.nativeStdError)} (1 standard error)`) +
+      (b.nativeNotResident
+        ? `; resident part only: the ${b.nativeExact !== undefined ? 'figure' : 'estimate'} ${human((b.nativeExact ?? b.nativeInUse))} is ${human(b.nativeNotResident)} more than mimalloc has resident`
+        : ''),
     'allocator overhead': "mimalloc's resident memory beyond what is in use",
     profiler: 'its tables',
     'code and mapped files': 'executables, libraries, mapped files',
     'thread stacks': '',
     other: b.allocatorOverhead === undefined ? "anything else, mimalloc's free memory included (not told apart here)" : 'mapped without libc (the loader, raw system calls)',
   };
-  return rssParts(b).map(
+  const lines = rssParts(b).map(
     (p) => `${human(p.bytes).padStart(10)} ${pct(p.bytes).padStart(6)}  ${p.name.padEnd(22)} ${notes[p.name] ?? ''}`.trimEnd(),
   );
+  if (b.overcount !== undefined && b.overcount > 0) {
+    lines.push(
+      `${''.padStart(19)}  the parts come to ${human(b.overcount)} more than RSS: the anonymous parts are read page by page from the profiler's record, RSS from smaps (docs/rss.md)`,
+    );
+  }
+  return lines;
 }

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import { Profile } from 'pprof-format';
 
 import { parseSmaps } from '../../src/node/rss.cjs';
-import { formatRssComment, formatRssLines, parseRssBreakdown, rssParts, type RssBreakdown } from '../../src/profile/rss.js';
+import { formatRssComment, formatRssLines, parseRssBreakdown, rssParts, settleRssBreakdown, type RssBreakdown } from '../../src/profile/rss.js';
 
 const b: RssBreakdown = {
   rss: 100_000_000,
@@ -78,4 +78,46 @@ test('smaps: every mapping with its Rss, paths with spaces kept', () => {
       ['[stack]', 12 * 1024, '7ffc00000000'],
     ],
   );
+});
+
+// issue 29 (7): every Node run printed a negative `other` (-385 KiB to -984 KiB), and an
+// estimate of native memory above mimalloc's resident bytes gave a negative overhead. This is the
+// breakdown of one such run (leak2.js, 2026-12-04) as the profile's comment carried it.
+const negative = 'rss_breakdown: rss=134885376 runtime=31629312 v8Used=25230328 v8Committed=59383808 nativeInUse=53428935 nativeStdError=3175524 allocatorOverhead=7011641 libraries=0 profiler=163840 code=43319296 stacks=196608 other=-864256';
+
+test('a breakdown whose parts came to more than RSS: no part negative, the excess said as such', () => {
+  const raw = Object.fromEntries(negative.slice('rss_breakdown: '.length).split(' ').map((kv) => kv.split('=')).map(([k, v]) => [k, Number(v)])) as unknown as RssBreakdown;
+  // control: the input is what used to print `other -844KiB`
+  assert.equal(raw.other, -864256);
+  const b = parseRssBreakdown(withComments(negative));
+  assert.ok(b);
+  assert.equal(b.other, 0);
+  assert.equal(b.overcount, 864256);
+  for (const p of rssParts(b)) assert.ok(p.bytes >= 0, `${p.name} ${p.bytes}`);
+  // the parts sum to RSS and the excess
+  assert.equal(Math.round(rssParts(b).reduce((a, p) => a + p.bytes, 0)), b.rss + 864256);
+  const lines = formatRssLines(raw, (n) => `${n}`).join('\n');
+  assert.doesNotMatch(lines, /(^|\s)-\d/m, lines);
+  assert.match(lines, /the parts come to 864256 more than RSS/);
+  // the comment written from the raw figures carries them settled
+  assert.match(formatRssComment(raw), / other=0 overcount=864256$/);
+});
+
+test('native in use above what mimalloc has resident: the overhead is 0, the part is the resident bytes', () => {
+  const over: RssBreakdown = { ...b, nativeInUse: 45_000_000, allocatorOverhead: -5_000_000 };
+  const s = settleRssBreakdown(over);
+  assert.equal(s.allocatorOverhead, 0);
+  assert.equal(s.nativeNotResident, 5_000_000);
+  const parts = Object.fromEntries(rssParts(over).map((p) => [p.name, p.bytes]));
+  assert.equal(parts['native in use'], 40_000_000);
+  assert.equal(parts['allocator overhead'], 0);
+  assert.equal(Math.round(rssParts(over).reduce((a, p) => a + p.bytes, 0)), over.rss);
+  assert.match(formatRssLines(over, (n) => `${n}`).join('\n'), /estimate 45000000 is 5000000 more than mimalloc has resident/);
+  assert.equal(parseRssBreakdown(withComments(formatRssComment(over)))?.nativeNotResident, 5_000_000);
+});
+
+test('positive control: a breakdown that adds up is left as it is', () => {
+  assert.deepEqual(settleRssBreakdown(b), b);
+  assert.equal(parseRssBreakdown(withComments(formatRssComment(b)))?.overcount, undefined);
+  assert.doesNotMatch(formatRssLines(b, (n) => `${n}`).join('\n'), /more than RSS/);
 });
