@@ -134,6 +134,16 @@ if (before !== undefined && isMainThread) {
 }
 
 if (isMainThread && dir && addonPath) {
+  // V8's code log, which names the functions the JIT inlined (src/symbolize/v8-log-start.cts)
+  if (process.env.MIMALLOC_PPROF_V8_LOG !== '0') {
+    try {
+      // eslint-disable-next-line @typescript-eslint/no-require-imports
+      const { startV8CodeLog } = require(join(dirname(realpathSync(__filename)), '..', 'symbolize', 'v8-log-start.cjs')) as typeof import('../symbolize/v8-log-start.cjs');
+      startV8CodeLog(dir);
+    } catch {
+      // inlined functions then show as their caller
+    }
+  }
   // eslint-disable-next-line @typescript-eslint/no-require-imports
   const addon = require(addonPath) as Addon;
   if (addon.available().available) install(addon, dir);

@@ -11,7 +11,7 @@
  * symbolised here, in this process, and written next to `out`.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { accessSync, constants as fsConstants, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { accessSync, copyFileSync, constants as fsConstants, existsSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { constants as osConstants, tmpdir } from 'node:os';
 import { dirname, extname, join, resolve } from 'node:path';
 import { debuglog } from 'node:util';
@@ -29,6 +29,7 @@ import { formatRssComment, type RssBreakdown } from '../profile/rss.js';
 import { codeCopiesFromSnapshot, codeCopiesOf, type CodeCopy } from '../symbolize/code-copies.js';
 import { isPreloadLibrary, symbolize } from '../symbolize/index.js';
 import { recordedNumber } from '../symbolize/raw.js';
+import { readV8Logs, v8LogsIn } from '../symbolize/v8-log.js';
 import { perfMapOf, readMarkers, removeV8Leftovers, startWatchdog, unsplittable, type ProcessMarker } from './leftovers.js';
 
 const debug = debuglog('mimalloc-pprof');
@@ -328,6 +329,55 @@ function watchCodeCopies(runDir: string, on: boolean): CodeCopies {
   };
 }
 
+/**
+ * V8's code log of process `pid` (src/symbolize/v8-log.ts: the functions the JIT inlined), as
+ * symbolize's options: the logs kept in the run's folder (`v8log.<pid>.<n>.log`), else those
+ * still in `dirs` (its working directory), and where in its perf map the log started.
+ */
+function v8LogOptions(runDir: string, pid: number, dirs: readonly string[]): { v8Log?: ReturnType<typeof readV8Logs>; v8LogFrom?: number } {
+  const started = join(runDir, `v8log.${pid}.json`);
+  if (!existsSync(started)) return {}; // the log was not turned on (not Node, or it failed)
+  let kept: string[] = [];
+  try {
+    kept = readdirSync(runDir)
+      .filter((f) => f.startsWith(`v8log.${pid}.`) && f.endsWith('.log'))
+      .map((f) => join(runDir, f));
+  } catch {
+    kept = [];
+  }
+  const paths = kept.length > 0 ? kept : [...new Set(dirs)].flatMap((d) => v8LogsIn(d, pid));
+  if (paths.length === 0) return {};
+  try {
+    const { perfMapBytes } = JSON.parse(readFileSync(started, 'utf8')) as { perfMapBytes: number };
+    return { v8Log: readV8Logs(paths), v8LogFrom: perfMapBytes };
+  } catch {
+    return {};
+  }
+}
+
+/** Moves V8's logs of the run's processes into the run's folder (read there once each
+ * process's profile is named; removed with it), before the leftovers are cleaned up. */
+function keepV8Logs(runDir: string, markers: readonly ProcessMarker[], launchedFrom: string): void {
+  for (const m of markers) {
+    if (!existsSync(join(runDir, `v8log.${m.pid}.json`))) continue;
+    let n = 0;
+    for (const dir of new Set([m.cwd, launchedFrom].filter((d) => d !== ''))) {
+      for (const f of v8LogsIn(dir, m.pid)) {
+        const to = join(runDir, `v8log.${m.pid}.${n++}.log`);
+        try {
+          renameSync(f, to);
+        } catch {
+          try {
+            copyFileSync(f, to); // another file system
+          } catch {
+            // unreadable: its inlined functions show as their callers
+          }
+        }
+      }
+    }
+  }
+}
+
 /** Names one process's raw profile, records who it was, and writes it. */
 /** `out` with .<pid>.<n> before its extension, as gzipped proto: one profile of a series. */
 export function seriesPath(out: string, pid: number, n: number): string {
@@ -356,6 +406,21 @@ function startSeries(opts: RunOptions, runDir: string, copies: CodeCopies): { st
         return m ? [{ f, pid: Number(m[1]), n: Number(m[2]) }] : [];
       })
       .sort((a, b) => a.pid - b.pid || a.n - b.n);
+    // V8's code log (inlined functions) once the program has ended and its logs are whole
+    const logs = new Map<number, ReturnType<typeof v8LogOptions>>();
+    const logOf = (pid: number) => {
+      if (!final) return {};
+      if (!logs.has(pid)) {
+        let cwd = '';
+        try {
+          cwd = readMarkers(runDir).find((m) => m.pid === pid)?.cwd ?? '';
+        } catch {
+          cwd = '';
+        }
+        logs.set(pid, v8LogOptions(runDir, pid, [cwd, process.cwd()].filter((d) => d !== '')));
+      }
+      return logs.get(pid)!;
+    };
     for (const { f, pid, n } of raws) {
       const path = join(runDir, f);
       if (!final && written.has(f)) continue;
@@ -366,6 +431,7 @@ function startSeries(opts: RunOptions, runDir: string, copies: CodeCopies): { st
           perfMapPath: existsSync(perfMap) ? perfMap : undefined,
           trimFile: isPreloadLibrary,
           codeCopies: copies.of(pid, final),
+          ...logOf(pid),
         });
         profile.comment.push(profile.stringTable.dedup(`mimalloc-pprof ${packageVersion()} run --every: profile ${n} of pid=${pid}`));
         const file = resolve(seriesPath(opts.out, pid, n));
@@ -403,6 +469,7 @@ function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport, copie
     ...(perfMapBytes !== undefined ? { perfMapBytes } : {}),
     trimFile: isPreloadLibrary,
     codeCopies: copies.of(p.pid, true),
+    ...v8LogOptions(runDir, p.pid, []),
   });
   const comment = (text: string) => profile.comment.push(profile.stringTable.dedup(text));
   const jsHeapFile = join(runDir, `jsheap.${p.pid}.json`);
@@ -470,7 +537,10 @@ export async function runProgram(opts: RunOptions): Promise<RunResult> {
     const status = code ?? 128 + (osConstants.signals[signal ?? 'SIGTERM'] ?? 15);
 
     const markers = readMarkers(runDir);
-    if (opts.profile) removeV8Leftovers(runDir, markers, process.cwd());
+    if (opts.profile) {
+      keepV8Logs(runDir, markers, process.cwd());
+      removeV8Leftovers(runDir, markers, process.cwd());
+    }
     if (!markers.some((m) => m.pid === mainPid)) {
       return {
         kind: 'not-preloaded',

@@ -3,7 +3,9 @@
  * lives in one private folder (`mimalloc-pprof-run-*` in the temporary folder), except two
  * that V8 insists on: `/tmp/perf-<pid>.map` (its perf map, read to name JavaScript frames) and
  * `isolate-<address>-<pid>-v8.log` in the process's working directory (written whenever
- * --perf-basic-prof is on; its --logfile cannot be set through NODE_OPTIONS).
+ * --perf-basic-prof is on; its --logfile cannot be set through NODE_OPTIONS; the exit hook
+ * turns its code events on, and run moves it into its folder to name inlined functions:
+ * src/symbolize/v8-log.ts).
  *
  * The preload leaves `loaded.<pid>` in the folder for each process it reached (see
  * native/src/lifecycle.c): its working directory (a line), its parent's pid (a line) and its

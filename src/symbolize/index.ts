@@ -16,6 +16,7 @@ import { demangle } from './demangle.js';
 import { readElf, type ElfFile, type ElfSymbolizer } from './elf.js';
 import { readPerfMap, type PerfMap, type PerfSymbol } from './perfmap.js';
 import { classifyThread } from './threads.js';
+import type { InlinedFunction, V8CodeLog } from './v8-log.js';
 
 export interface SymbolizeOptions {
   /** The process the profile came from: its main thread is labelled `main`. */
@@ -29,6 +30,11 @@ export interface SymbolizeOptions {
   /** Executable code outside the profile's mappings (V8's copy of its embedded builtins):
    * see code-copies.ts. By default, when `pid` is this process, read from /proc/self. */
   codeCopies?: readonly CodeCopy[];
+  /** V8's code log of that process (v8-log.ts): the functions inlined into optimised code
+   * become frames of their own, innermost first, in the caller's location. */
+  v8Log?: V8CodeLog;
+  /** How far the perf map had been written when the log started (v8-log-start.cts). */
+  v8LogFrom?: number;
 }
 
 export interface SymbolizeResult {
@@ -104,7 +110,28 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
     }
     return f;
   };
-  const jsLine = (js: PerfSymbol): Line[] => [new Line({ functionId: functionFor(js.name, js.raw, js.file, js.line).id, line: js.line, column: js.column })];
+  // MIMALLOC_PPROF_TEST_NO_INLINE=1: the tests' control (test/symbolize/inlined.test.ts)
+  const v8Log = process.env.MIMALLOC_PPROF_TEST_NO_INLINE === '1' ? undefined : options.v8Log;
+  /** The functions the JIT inlined at `address` in `js`'s optimised code, innermost first. */
+  const inlinedAt = (js: PerfSymbol, address: number): InlinedFunction[] => {
+    if (!v8Log || js.kind !== 'optimized' || js.tag !== 'JS') return [];
+    if (options.v8LogFrom !== undefined && (js.written ?? 0) <= options.v8LogFrom) return []; // made before the log started
+    const tier = /^JS:(o?[*+]'?)/.exec(js.raw)?.[1] ?? '';
+    const nth = options.v8LogFrom !== undefined && perfMap ? perfMap.twinsBefore(js, options.v8LogFrom) : -1;
+    return v8Log.inlinedAt(js.start, js.size, js.raw.slice(3 + tier.length), address, nth);
+  };
+  // the inlined functions first (pprof's order), each as the function it is; the code object's
+  // own function, whose code it is, last
+  const jsLine = (js: PerfSymbol, address: number): Line[] => {
+    const tier = /^JS:(o?[*+]'?)/.exec(js.raw)?.[1] ?? '';
+    return [
+      ...inlinedAt(js, address).map(
+        (f) => new Line({ functionId: functionFor(f.name, `JS:${tier}${f.raw}`, f.file, f.line).id, line: f.line, column: f.column }),
+      ),
+      new Line({ functionId: functionFor(js.name, js.raw, js.file, js.line).id, line: js.line, column: js.column }),
+    ];
+  };
+  const jsNames = (lines: Line[]): string[] => lines.map((l) => str(profile.function.find((f) => f.id === l.functionId)?.name ?? 0));
   // the preload library's label of when each sample's stack was taken (native/src/jitmap.c)
   const jitKey = profile.stringTable.strings.indexOf('jit_map_bytes');
 
@@ -192,11 +219,11 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
     }
     const js = anonymous ? perfMap?.lookup(address) : undefined;
     if (js) {
-      loc.line = jsLine(js);
+      loc.line = jsLine(js, address);
       jitLocations.push(loc);
       jitLo = Math.min(jitLo, address);
       jitHi = Math.max(jitHi, address + 1);
-      nameOfLocation.set(num(loc.id), [js.name]);
+      nameOfLocation.set(num(loc.id), loc.line.length > 1 ? jsNames(loc.line) : [js.name]);
       counts.javascript++;
       continue;
     }
@@ -224,7 +251,7 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
       }),
     );
     for (const loc of jitLocations) loc.mappingId = id;
-    if (perfMap && jitKey >= 0) jitFramesAsTaken(profile, perfMap, jitKey, jitLocations, jsLine, nameOfLocation);
+    if (perfMap && jitKey >= 0) jitFramesAsTaken(profile, perfMap, jitKey, jitLocations, jsLine, nameOfLocation, jsNames);
   }
 
   if (trimmed.size > 0) {
@@ -251,8 +278,9 @@ function jitFramesAsTaken(
   perfMap: PerfMap,
   key: number,
   jitLocations: Location[],
-  jsLine: (js: PerfSymbol) => Line[],
+  jsLine: (js: PerfSymbol, address: number) => Line[],
   nameOfLocation: Map<number, string[]>,
+  jsNames: (lines: Line[]) => string[],
 ): void {
   const jit = new Map(jitLocations.map((l) => [num(l.id), l]));
   const copies = new Map<string, Location>();
@@ -270,10 +298,10 @@ function jitFramesAsTaken(
       const k = `${num(id)}\0${then.start}\0${then.raw}`;
       let copy = copies.get(k);
       if (!copy) {
-        copy = new Location({ id: nextId++, mappingId: loc.mappingId, address: loc.address, line: jsLine(then) });
+        copy = new Location({ id: nextId++, mappingId: loc.mappingId, address: loc.address, line: jsLine(then, num(loc.address)) });
         copies.set(k, copy);
         profile.location.push(copy);
-        nameOfLocation.set(num(copy.id), [then.name]);
+        nameOfLocation.set(num(copy.id), copy.line.length > 1 ? jsNames(copy.line) : [then.name]);
       }
       return copy.id;
     });

@@ -45,6 +45,8 @@ export interface PerfSymbol {
   raw: string;
   start: number;
   size: number;
+  /** The byte offset just past the entry's line in the map (when it was written). */
+  written?: number;
 }
 
 export interface PerfMap {
@@ -54,6 +56,10 @@ export interface PerfMap {
    * `bytes` bytes: what the address was when the map had been written that far (V8 reuses
    * the addresses of freed code, so a newer entry may name later code). */
   lookupAt(address: number | bigint, bytes: number): PerfSymbol | undefined;
+  /** How many entries with the same start and size as `sym` were written after the map's first
+   * `fromBytes` bytes and before `sym`: which of that address's code objects since then it is
+   * (V8's code log, src/symbolize/v8-log.ts, started at `fromBytes`). */
+  twinsBefore(sym: PerfSymbol, fromBytes: number): number;
   /** Lines parsed into entries, and lines skipped as malformed (or a last, unfinished line). */
   readonly entries: number;
   readonly skipped: number;
@@ -180,6 +186,7 @@ class PerfMapImpl implements PerfMap {
   private readonly segOwner: Int32Array;
   private readonly segUnder = new Map<number, number[]>();
   private readonly parsed = new Map<number, PerfSymbol>();
+  private twins: Map<string, number[]> | undefined;
 
   constructor(
     private readonly starts: number[],
@@ -249,6 +256,20 @@ class PerfMapImpl implements PerfMap {
     return this.lookupAt(address, Infinity);
   }
 
+  twinsBefore(sym: PerfSymbol, fromBytes: number): number {
+    if (!this.twins) {
+      this.twins = new Map();
+      for (let i = 0; i < this.starts.length; i++) {
+        const k = `${this.starts[i]}:${this.ends[i]! - this.starts[i]!}`;
+        const list = this.twins.get(k);
+        if (list) list.push(this.written[i]!);
+        else this.twins.set(k, [this.written[i]!]);
+      }
+    }
+    const at = sym.written ?? Infinity;
+    return (this.twins.get(`${sym.start}:${sym.size}`) ?? []).filter((w) => w > fromBytes && w < at).length;
+  }
+
   lookupAt(address: number | bigint, bytes: number): PerfSymbol | undefined {
     const idx = this.segmentOf(address);
     if (idx < 0) return undefined;
@@ -278,7 +299,7 @@ class PerfMapImpl implements PerfMap {
     let sym = this.parsed.get(owner);
     if (!sym) {
       const raw = this.raws[owner]!;
-      sym = { ...parsePerfName(raw), raw, start: this.starts[owner]!, size: this.ends[owner]! - this.starts[owner]! };
+      sym = { ...parsePerfName(raw), raw, start: this.starts[owner]!, size: this.ends[owner]! - this.starts[owner]!, written: this.written[owner]! };
       this.parsed.set(owner, sym);
     }
     return sym;

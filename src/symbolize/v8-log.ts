@@ -1,0 +1,239 @@
+/**
+ * The functions TurboFan or Maglev inlined into an optimised code object, from V8's own log.
+ *
+ * V8's perf map gives one name per code object, its outer function: a small function inlined
+ * into its caller disappears, and its memory is charged to the caller. V8 knows better: with
+ * `--log-code --log-source-position` its log (`isolate-0x<isolate>-<pid>-v8.log` in the
+ * process's working directory; `--perf-basic-prof` opens it, with `--log` implied, and
+ * `--logfile` is refused in NODE_OPTIONS) has, for every code object it creates,
+ *
+ *   code-creation,<tag>,<kind>,<time>,<start>,<size>,<name>[,<sfi>,<marker>]
+ *   code-source-info,<start>,<script>,<from>,<to>,<positions>,<inlinings>,<functions>
+ *
+ * (src/logging/log.cc, `AppendCodeCreateHeader`, `LogSourceCodeInformation`), where
+ * `<positions>` is the code's source position table, `C<code offset>O<script offset>[I<inlining
+ * id>]` (each entry holds from its code offset to the next one's), `<inlinings>` the inlining
+ * tree, `F<function index>O<call site's script offset>[I<the call site's own inlining id>]` (no
+ * I: the call is in the outer function), and `<functions>` the inlined functions'
+ * SharedFunctionInfo addresses, `S0x…`, which the `code-creation` lines of those functions'
+ * own code (their 8th field) name (`name script:line:column`, as in the perf map). SFIs move
+ * in a collection (`sfi-move,<from>,<to>`); so does code, rarely (`code-move,<from>,<to>`).
+ * Strings are escaped: `\x2C` for a comma, `\n`, `\\`, `\xNN` and `\uNNNN`.
+ *
+ * Run turns the flags on from its exit hook as Node starts (`v8.setFlagsFromString`, before the
+ * program's code: src/symbolize/v8-log-start.cts), and records how far the perf map had been
+ * written then: the k-th code object at one address and size after that point in the map is
+ * the log's k-th at that address and size (V8 gives the addresses of freed code to new code).
+ *
+ * Verified on Node 20 (V8 11.3): `leak` inlined into `caller`'s TurboFan code reads
+ * `F1O53I0` … `S0x…7398`, the SFI of `code-creation,JS,10,…,leak /tmp/inl.cjs:2:14,0x…7398,~`.
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+import { parsePerfName } from './perfmap.js';
+
+/** One function inlined into optimised code. */
+export interface InlinedFunction {
+  /** As the perf map would name it: '(anonymous)' for an unnamed function. */
+  name: string;
+  file: string;
+  /** 1-based line and column where the function starts (its perf-map line), 0 unknown. */
+  line: number;
+  column: number;
+  /** The log's name field, decoded: `name script:line:column`. */
+  raw: string;
+}
+
+interface CodeRecord {
+  /** The log's name field, decoded (checked against the perf map's entry). */
+  name: string;
+  /** Sorted code offsets of the position table and each entry's inlining id (−1: none). */
+  offsets?: Int32Array;
+  ids?: Int32Array;
+  /** Per inlining id: the function inlined and the inlining id of its call site (−1: outer). */
+  functions?: (InlinedFunction | undefined)[];
+  parents?: Int32Array;
+}
+
+export interface V8CodeLog {
+  /** Code objects read, and how many of them have functions inlined. */
+  readonly codeObjects: number;
+  readonly withInlining: number;
+  /**
+   * The functions inlined at return address `pc` of the code object at `start` of `size` bytes
+   * named `name` (its perf-map name without tag and tier: `caller /app.js:3:16`), innermost
+   * first, its own function not included; `nth`: which of the log's code objects at that start
+   * and size it is (0 the first, −1 the last). Empty when the log does not know it, or knows
+   * no function inlined there; a function whose SFI the log never named (compiled before the
+   * log started: Node's own bootstrap) is left out, its call site kept.
+   */
+  inlinedAt(start: number, size: number, name: string, pc: number, nth: number): InlinedFunction[];
+}
+
+const unescapeLog = (s: string): string =>
+  s.indexOf('\\') < 0
+    ? s
+    : s.replace(/\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|n|\\)/g, (_, e: string) =>
+        e === 'n' ? '\n' : e === '\\' ? '\\' : String.fromCharCode(parseInt(e.slice(1), 16)),
+      );
+
+const JS_TAGS = new Set(['JS', 'Function', 'LazyCompile', 'Script', 'Eval']);
+
+/** Reads V8 logs (one per isolate of a process) into one index. Unreadable files are skipped. */
+export function readV8Logs(paths: readonly string[]): V8CodeLog {
+  const log = new V8CodeLogImpl();
+  for (const p of paths) {
+    let data: Buffer;
+    try {
+      data = readFileSync(p);
+    } catch {
+      continue;
+    }
+    log.add(data);
+  }
+  return log;
+}
+
+/** Parses one V8 log's text (see the file comment). */
+export function parseV8Log(text: string | Buffer): V8CodeLog {
+  const log = new V8CodeLogImpl();
+  log.add(typeof text === 'string' ? Buffer.from(text, 'latin1') : text);
+  return log;
+}
+
+const C = 'c'.charCodeAt(0);
+const S = 's'.charCodeAt(0);
+
+class V8CodeLogImpl implements V8CodeLog {
+  /** `${start}:${size}` → the code objects created there, in log order. */
+  private readonly byKey = new Map<string, CodeRecord[]>();
+  codeObjects = 0;
+  withInlining = 0;
+
+  add(data: Buffer): void {
+    // per log (isolate): SFI address → function, the last code object created at an address
+    const sfis = new Map<number, InlinedFunction>();
+    const last = new Map<number, CodeRecord>();
+    for (let from = 0; from < data.length; ) {
+      let nl = data.indexOf(10, from);
+      if (nl < 0) nl = data.length; // an unfinished last line: its fields are checked below
+      const first = data[from];
+      const at = from;
+      from = nl + 1;
+      if (first !== C && first !== S) continue;
+      // only the lines wanted are decoded (script-source lines can be large)
+      const head = data.toString('latin1', at, Math.min(nl, at + 17));
+      if (head.startsWith('code-creation,')) {
+        const f = data.toString('latin1', at, nl).split(',');
+        const start = parseInt(f[4] ?? '', 16);
+        const size = Number(f[5]);
+        if (!Number.isSafeInteger(start) || !Number.isSafeInteger(size) || f.length < 7) continue;
+        const name = unescapeLog(f[6]!);
+        const rec: CodeRecord = { name };
+        const key = `${start}:${size}`;
+        const list = this.byKey.get(key);
+        if (list) list.push(rec);
+        else this.byKey.set(key, [rec]);
+        last.set(start, rec);
+        this.codeObjects++;
+        const sfi = f.length >= 8 ? parseInt(f[7]!, 16) : NaN;
+        if (JS_TAGS.has(f[1]!) && Number.isSafeInteger(sfi) && sfi > 0 && !sfis.has(sfi)) {
+          const p = parsePerfName(`${f[1]}:~${name}`);
+          sfis.set(sfi, { name: p.name, file: p.file, line: p.line, column: p.column, raw: name });
+        }
+      } else if (head.startsWith('code-source-info,')) {
+        const f = data.toString('latin1', at, nl).split(',');
+        if (f.length < 8 || f[6] === '') continue; // nothing inlined
+        const rec = last.get(parseInt(f[1]!, 16));
+        if (!rec || rec.offsets) continue;
+        const offsets: number[] = [];
+        const ids: number[] = [];
+        for (const m of f[5]!.matchAll(/C(\d+)O(-?\d+)(?:I(\d+))?/g)) {
+          offsets.push(Number(m[1]));
+          ids.push(m[3] === undefined ? -1 : Number(m[3]));
+        }
+        const fns = [...f[7]!.matchAll(/S(?:0x)?([0-9a-fA-F]+)/g)].map((m) => sfis.get(parseInt(m[1]!, 16)));
+        const functions: (InlinedFunction | undefined)[] = [];
+        const parents: number[] = [];
+        for (const m of f[6]!.matchAll(/F(\d*)O(-?\d+)(?:I(\d+))?/g)) {
+          functions.push(m[1] === '' ? undefined : fns[Number(m[1])]);
+          parents.push(m[3] === undefined ? -1 : Number(m[3]));
+        }
+        // the table is in code order; kept sorted in case it is not
+        const order = offsets.map((_, i) => i).sort((a, b) => offsets[a]! - offsets[b]! || a - b);
+        rec.offsets = Int32Array.from(order, (i) => offsets[i]!);
+        rec.ids = Int32Array.from(order, (i) => ids[i]!);
+        rec.functions = functions;
+        rec.parents = Int32Array.from(parents);
+        this.withInlining++;
+      } else if (head.startsWith('sfi-move,')) {
+        const f = data.toString('latin1', at, nl).split(',');
+        const a = parseInt(f[1] ?? '', 16);
+        const b = parseInt(f[2] ?? '', 16);
+        const fn = sfis.get(a);
+        if (fn) {
+          sfis.delete(a);
+          sfis.set(b, fn);
+        }
+      } else if (head.startsWith('code-move,')) {
+        const f = data.toString('latin1', at, nl).split(',');
+        const a = parseInt(f[1] ?? '', 16);
+        const b = parseInt(f[2] ?? '', 16);
+        const rec = last.get(a);
+        if (!rec || !Number.isSafeInteger(b)) continue;
+        // the moved object keeps its size: find its key, add it at the new start
+        for (const [key, list] of this.byKey) {
+          if (!key.startsWith(`${a}:`) || list[list.length - 1] !== rec) continue;
+          const k2 = `${b}:${key.slice(key.indexOf(':') + 1)}`;
+          const l2 = this.byKey.get(k2);
+          if (l2) l2.push(rec);
+          else this.byKey.set(k2, [rec]);
+          break;
+        }
+        last.delete(a);
+        last.set(b, rec);
+      }
+    }
+  }
+
+  inlinedAt(start: number, size: number, name: string, pc: number, nth: number): InlinedFunction[] {
+    const list = this.byKey.get(`${start}:${size}`);
+    if (!list) return [];
+    const rec = nth < 0 ? list[list.length - 1] : list[nth];
+    // the log and the perf map must agree on what was there, or nothing is said
+    if (!rec || rec.name !== name || !rec.offsets || !rec.ids || !rec.parents || !rec.functions) return [];
+    // a return address: the call is the byte before it
+    const off = pc - 1 - start;
+    let lo = 0;
+    let hi = rec.offsets.length - 1;
+    let idx = -1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >>> 1;
+      if (rec.offsets[mid]! <= off) {
+        idx = mid;
+        lo = mid + 1;
+      } else hi = mid - 1;
+    }
+    if (idx < 0) return [];
+    const out: InlinedFunction[] = [];
+    let id = rec.ids[idx]!;
+    for (let guard = 0; id >= 0 && id < rec.functions.length && guard < 256; guard++) {
+      const fn = rec.functions[id];
+      if (fn) out.push(fn);
+      id = rec.parents[id]!;
+    }
+    return out;
+  }
+}
+
+/** V8's logs of process `pid` in `dir` (`isolate-0x<isolate>-<pid>-v8.log`, one per isolate). */
+export function v8LogsIn(dir: string, pid: number): string[] {
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch {
+    return [];
+  }
+  return names.filter((f) => /^isolate-0x[0-9a-f]+-(\d+)-v8\.log$/.exec(f)?.[1] === String(pid)).map((f) => join(dir, f));
+}
