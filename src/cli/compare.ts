@@ -27,7 +27,7 @@ Options:
                       NAME=ALLOCATOR (a second arm of one allocator), or NAME=/path/lib.so;
                       one that is not installed is skipped with its package
   --baseline NAME     the arm the others are compared with (default glibc, else the first)
-  --blocks N          blocks (default 15; at least 2)
+  --blocks N          blocks (default 15; at least 2, and at least 5 for a verdict)
   --warmup N          unmeasured runs of each arm before the blocks (default 1)
   --seed N            the seed of the run order and the bootstrap (default random; printed)
   --resamples N       bootstrap resamples (default 10000)

@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import { packageRoot } from '../preload/library.js';
 import type { Arm, Skipped } from './allocators.js';
 import { countRun, type Counts, type Measurement, type RunResult, runOnce } from './runner.js';
-import { effect, type Effect, type MetricKind, Rng, shuffle, spread, type Spread, streamOf } from './stats.js';
+import { effect, type Effect, MIN_VERDICT_BLOCKS, type MetricKind, NOT_ENOUGH_BLOCKS, Rng, shuffle, spread, type Spread, streamOf } from './stats.js';
 
 export interface Metric {
   id: keyof Measurement;
@@ -285,6 +285,12 @@ export function analyse(
       });
     if (ranked.length < 2) {
       winners[metric.id] = { best: ranked, text: ranked.length === 1 ? ranked[0]! : 'n/a' };
+      continue;
+    }
+    // no winner from an interval that is not valid for the blocks it stands on
+    const comparable = labels.filter((a) => a !== baseline).map((a) => effects[a]?.[metric.id]).filter((e): e is Effect => !!e);
+    if (blocks < MIN_VERDICT_BLOCKS || comparable.some((e) => !e.enough)) {
+      winners[metric.id] = { best: [], text: NOT_ENOUGH_BLOCKS };
       continue;
     }
     const top = ranked[0]!;

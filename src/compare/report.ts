@@ -4,7 +4,7 @@
  */
 import { installHint } from './allocators.js';
 import { type CompareResult, METRICS, type Metric, type ProgressEvent } from './compare.js';
-import type { Spread } from './stats.js';
+import { MIN_VERDICT_BLOCKS, NOT_ENOUGH_BLOCKS, type Spread } from './stats.js';
 
 /** Seconds: ms below 1 s, µs below 1 ms. */
 export function formatSeconds(s: number): string {
@@ -90,10 +90,12 @@ export function renderText(r: CompareResult): string {
   const labels = r.arms.map((a) => a.label);
   out.push('');
   out.push(`median ±half the IQR over ${r.blocks} blocks (${labels.length} arms, order shuffled per block, seed ${r.seed})`);
-  const head = ['', ...labels.map((l) => (l === r.baseline ? `${l} (baseline)` : l)), 'best'];
+  // "best" only where the intervals are valid for a verdict (MIN_VERDICT_BLOCKS)
+  const verdicts = hasVerdicts(r);
+  const head = ['', ...labels.map((l) => (l === r.baseline ? `${l} (baseline)` : l)), verdicts ? 'best' : ''];
   const rows: string[][] = [head];
   for (const metric of SHOWN) {
-    rows.push([metric.label, ...labels.map((l) => cellOf(metric, r.summary[l]?.[metric.id])), r.winners[metric.id]?.text ?? '']);
+    rows.push([metric.label, ...labels.map((l) => cellOf(metric, r.summary[l]?.[metric.id])), verdicts ? (r.winners[metric.id]?.text ?? '') : '']);
   }
   if (Object.values(r.counts).some((c) => c !== null)) {
     const count = (l: string, f: 'allocations' | 'bytes') => {
@@ -107,6 +109,7 @@ export function renderText(r: CompareResult): string {
   }
   rows.push(['failed runs', ...labels.map((l) => `${r.failures[l]?.failed ?? 0}/${r.failures[l]?.of ?? 0}`), '']);
   out.push(table(rows, (i) => i > 0 && i <= labels.length));
+  if (!verdicts) out.push(`${NOT_ENOUGH_BLOCKS}: ${r.blocks} block${r.blocks === 1 ? '' : 's'}; the intervals below are shown, but claim nothing (docs/compare.md)`);
 
   const pct = Math.round(r.confidence * 100);
   out.push('');
@@ -151,8 +154,8 @@ function notesOf(r: CompareResult): string[] {
     else if (c.counted < c.processes) notes.push(`${arm}: exact counts cover ${c.counted} of ${c.processes} processes (the others ended without exit())`);
     if (c.varies) notes.push(`${arm}: exact counts differed between counting runs (the first is shown)`);
   }
-  if (r.blocks < 6) {
-    notes.push(`note: with ${r.blocks} blocks the intervals are rough (the bootstrap of a median covers 95 % from about 6 blocks up; see docs/compare.md)`);
+  if (r.blocks < MIN_VERDICT_BLOCKS) {
+    notes.push(`note: ${NOT_ENOUGH_BLOCKS}: below ${MIN_VERDICT_BLOCKS} blocks a 95 % bootstrap interval of the median covers 63–90 % (by simulation, docs/compare.md), so no arm is ranked and no difference is claimed`);
   }
   const [before, after] = [r.machine.loadBefore[0] ?? 0, r.machine.loadAfter[0] ?? 0];
   if (Math.max(before, after) > r.machine.cores * 0.5) {
@@ -206,7 +209,7 @@ export function renderMarkdown(r: CompareResult): string {
       const text = `${signed(e.ratio)} [${signed(e.lower)}, ${signed(e.upper)}]`;
       return `${v}<br>${e.significant ? `**${text}**` : text}`;
     });
-    md.push(`| ${metric.label} | ${cells.join(' | ')} | ${r.winners[metric.id]?.text ?? ''} |`);
+    md.push(`| ${metric.label} | ${cells.join(' | ')} | ${hasVerdicts(r) ? (r.winners[metric.id]?.text ?? '') : NOT_ENOUGH_BLOCKS} |`);
   }
   if (Object.values(r.counts).some((c) => c !== null)) {
     const count = (l: string, f: 'allocations' | 'bytes') => {
@@ -240,6 +243,11 @@ export function renderMarkdown(r: CompareResult): string {
   return md.join('\n');
 }
 
+/** Whether the experiment has blocks enough for its intervals to carry verdicts. */
+function hasVerdicts(r: CompareResult): boolean {
+  return r.blocks >= MIN_VERDICT_BLOCKS;
+}
+
 /** The suggested decision: CPU time decides; memory is the trade-off to state. */
 function decision(r: CompareResult): string {
   const cpu = r.winners.cpuS;
@@ -247,6 +255,7 @@ function decision(r: CompareResult): string {
     const e = r.effects[arm]?.maxrssBytes;
     return e && e.significant ? ` Trade-off: real memory ${e.verdict} against ${r.baseline}.` : '';
   };
+  if (!hasVerdicts(r) || cpu?.text === NOT_ENOUGH_BLOCKS) return `No decision: ${NOT_ENOUGH_BLOCKS}; this experiment had ${r.blocks}.`;
   if (!cpu || cpu.best.length === 0) return 'No decision: no allocator has successful runs to compare.';
   if (cpu.best.length === 1) {
     const w = cpu.best[0]!;

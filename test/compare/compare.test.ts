@@ -14,6 +14,7 @@ import { test } from 'node:test';
 import { buildHint } from '../../src/preload/library.js';
 import { parseAllocators, resolveAllocators } from '../../src/compare/allocators.js';
 import { analyse, type CompareResult, type RunRecord } from '../../src/compare/compare.js';
+import { MIN_VERDICT_BLOCKS } from '../../src/compare/stats.js';
 import { renderMarkdown, renderText } from '../../src/compare/report.js';
 import { buildDir, root, tempDir } from '../helpers.js';
 import { cli, isOneLineError } from '../cli/util.js';
@@ -109,7 +110,11 @@ test('markdown decision record and terminal table', { timeout: 60_000 }, async (
   assert.match(text, /^# Allocator decision: `true`/);
   assert.match(text, /^\| \| glibc \(baseline\) \| mimalloc \| winner \|$/m);
   for (const row of ['CPU time (user+sys)', 'wall time', 'real memory (peak RSS)', 'minor page faults']) assert.match(text, new RegExp(`^\\| ${row.replace(/[()+]/g, '\\$&')} \\|`, 'm'));
-  assert.match(text, /## Decision\n\n(Keep|Suggested)/);
+  // 2 blocks: no verdict anywhere (issue 29, 8)
+  assert.match(text, /## Decision\n\nNo decision: not enough blocks for a verdict \(at least 5\); this experiment had 2\./);
+  assert.doesNotMatch(text, /faster by|slower by|Suggested|Keep/);
+  assert.match(r.stdout, /^not enough blocks for a verdict \(at least 5\): 2 blocks/m);
+  assert.doesNotMatch(r.stdout, /\bbest\b|faster by|slower by/);
   assert.match(text, /mimalloc-pprof compare --allocators glibc,mimalloc --baseline glibc --blocks 2 --warmup 0 --seed 5 -- true/);
   assert.match(r.stdout, /^median ±half the IQR over 2 blocks/m);
   assert.match(r.stderr, /seed 5; baseline glibc/);
@@ -204,4 +209,57 @@ test('analyse: winners, ties, failed runs excluded', () => {
   const md = renderMarkdown(result);
   assert.match(md, /Suggested: any of \*\*b\*\*, \*\*c\*\*/);
   assert.match(md, /\| CPU time \(user\+sys\) \| 1\.0\d+ s \| 5\d\d\.\d ms<br>\*\*−50 % \[/);
+});
+
+/** A result of `blocks` blocks in which mimalloc is 3 % faster in every block (as in issue 29's
+ * review: "best: mimalloc", "faster by 3.1 % [2.3 %, 3.8 %]" from 2 blocks). */
+function consistent(blocks: number): CompareResult {
+  const runs: RunRecord[] = [];
+  const m = (cpu: number) => ({ wallS: cpu, userS: cpu, sysS: 0, cpuS: cpu, maxrssBytes: 1 << 20, minflt: 100, majflt: 0, nvcsw: 1, nivcsw: 1 });
+  for (let b = 1; b <= blocks; b++) {
+    const load = 1 + 0.02 * ((b * 7) % 5);
+    runs.push({ block: b, position: 0, arm: 'glibc', ok: true, m: m(load), exitCode: 0, signal: null });
+    runs.push({ block: b, position: 1, arm: 'mimalloc', ok: true, m: m(0.969 * load * (b % 2 ? 1.005 : 0.995)), exitCode: 0, signal: null });
+  }
+  const s = analyse(runs, ['glibc', 'mimalloc'], 'glibc', blocks, 7, { resamples: 2000, confidence: 0.95 });
+  return {
+    tool: 'mimalloc-pprof compare', version: '0', date: '2026-12-04T00:00:00.000Z', command: ['node', '-e', '…'], allocators: 'glibc,mimalloc', cwd: '/',
+    seed: 7, blocks, warmup: 0, resamples: 2000, confidence: 0.95, baseline: 'glibc',
+    machine: { cpu: 'cpu', cores: 2, kernel: 'k', arch: 'x64', node: 'v20', loadBefore: [0, 0, 0], loadAfter: [0, 0, 0] },
+    arms: ['glibc', 'mimalloc'].map((label) => ({ label, kind: label, library: null, env: {} })),
+    skipped: [], orders: [], runs, counts: { glibc: null, mimalloc: null }, ...s,
+  };
+}
+
+test('2 blocks: no "best", no "faster by", but "not enough blocks for a verdict (at least K)" (issue 29, 8)', () => {
+  const r = consistent(2);
+  const e = r.effects.mimalloc!.cpuS!;
+  assert.equal(e.enough, false);
+  assert.equal(e.significant, false);
+  assert.equal(e.verdict, `not enough blocks for a verdict (at least ${MIN_VERDICT_BLOCKS})`);
+  assert.equal(r.winners.cpuS!.text, `not enough blocks for a verdict (at least ${MIN_VERDICT_BLOCKS})`);
+  assert.deepEqual(r.winners.cpuS!.best, []);
+  const text = renderText(r);
+  assert.doesNotMatch(text, /\bbest\b|faster by|slower by|fewer by|more memory by/, text);
+  assert.match(text, /not enough blocks for a verdict \(at least 5\)/);
+  const md = renderMarkdown(r);
+  assert.doesNotMatch(md, /faster by|Suggested|Keep \*\*|\*\*−/, md);
+  assert.match(md, /No decision: not enough blocks for a verdict \(at least 5\)/);
+  // one block short of the minimum is still short
+  assert.equal(consistent(MIN_VERDICT_BLOCKS - 1).winners.cpuS!.text, `not enough blocks for a verdict (at least ${MIN_VERDICT_BLOCKS})`);
+});
+
+test('positive control: the same effect over enough blocks gets its verdict and its best', () => {
+  for (const blocks of [MIN_VERDICT_BLOCKS, 10]) {
+    const r = consistent(blocks);
+    const e = r.effects.mimalloc!.cpuS!;
+    assert.equal(e.enough, true);
+    assert.match(e.verdict, /^faster by \d\.\d %/, `${blocks} blocks: ${e.verdict}`);
+    assert.equal(r.winners.cpuS!.text, 'mimalloc');
+    const text = renderText(r);
+    assert.match(text, /\bbest\b/);
+    assert.match(text, /faster by \d\.\d %/);
+    assert.doesNotMatch(text, /not enough blocks/);
+    assert.match(renderMarkdown(r), /Suggested: \*\*mimalloc\*\*: CPU time faster by/);
+  }
 });

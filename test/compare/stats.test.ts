@@ -11,6 +11,7 @@ import {
   effect,
   logRatios,
   median,
+  MIN_VERDICT_BLOCKS,
   normalQuantile,
   percent,
   percentileInterval,
@@ -179,4 +180,55 @@ test('coverage of the 95 % bootstrap interval: 1 000 simulated experiments', { t
   assert.ok(covered95 >= lo && covered95 <= hi, `95 % interval covered θ in ${covered95} of ${experiments} experiments, outside ${lo}..${hi}`);
   assert.ok(covered90 < lo, `the gate must reject a 90 % interval (it covered ${covered90})`);
   assert.ok(excludes1 > 0.99 * experiments, `a 12 % effect with 5 % noise is detected (${excludes1})`);
+});
+
+/**
+ * The fewest blocks for a verdict (issue 29, 8), derived by simulation: for n = 2…8 blocks and
+ * three shapes of per-block log ratio (normal, Laplace, t with 3 df; known effect 0.88), the
+ * share of 800 experiments whose 95 % interval (as compare computes it, 2 000 resamples) covers
+ * it. K is the smallest n from which every n up to 8, every shape, covers at least 0.93 less
+ * two Monte Carlo standard errors (≈ 0.912): it must be MIN_VERDICT_BLOCKS. The control: at 2
+ * blocks the coverage is far below (under 0.75), so the check can tell a bad n from a good one.
+ */
+test('the minimum number of blocks for a verdict, by coverage simulation', { timeout: 80_000 }, (t) => {
+  const experiments = 800;
+  const theta = Math.log(0.88);
+  const shapes: Record<string, (r: Rng) => number> = {
+    normal: (r) => r.normal(),
+    laplace: (r) => {
+      const u = r.u32() / 2 ** 32 - 0.5;
+      return (-Math.sign(u) * Math.log(1 - 2 * Math.abs(u))) / Math.SQRT2;
+    },
+    t3: (r) => {
+      const z = r.normal();
+      let c = 0;
+      for (let i = 0; i < 3; i++) c += r.normal() ** 2;
+      return z / Math.sqrt(c / 3);
+    },
+  };
+  const ns = [2, 3, 4, 5, 6, 7, 8];
+  const coverage = new Map<number, number>(); // the worst over shapes
+  for (const n of ns) {
+    let worst = 1;
+    for (const [name, draw] of Object.entries(shapes)) {
+      const sim = new Rng(20261204, streamOf(`sim/${name}/${n}`));
+      const boot = new Rng(20261204, streamOf(`boot/${name}/${n}`));
+      let covered = 0;
+      for (let e = 0; e < experiments; e++) {
+        const r = Array.from({ length: n }, () => theta + 0.05 * draw(sim));
+        const iv = percentileInterval(bootstrapMedians(r, boot, 2000, bandwidth(r)), 0.95);
+        if (iv.lower <= theta && theta <= iv.upper) covered++;
+      }
+      worst = Math.min(worst, covered / experiments);
+    }
+    coverage.set(n, worst);
+  }
+  t.diagnostic(`worst coverage over normal, Laplace, t3: ${ns.map((n) => `n=${n} ${coverage.get(n)!.toFixed(3)}`).join(', ')}`);
+  const floor = 0.93 - 2 * Math.sqrt((0.93 * 0.07) / experiments);
+  const k = ns.find((n) => ns.filter((m) => m >= n).every((m) => coverage.get(m)! >= floor));
+  t.diagnostic(`floor ${floor.toFixed(3)}: minimum blocks for a verdict ${k}`);
+  assert.equal(k, MIN_VERDICT_BLOCKS);
+  // control: the check sees how badly 2 blocks cover
+  assert.ok(coverage.get(2)! < 0.75, `2 blocks covered ${coverage.get(2)}`);
+  assert.ok(coverage.get(MIN_VERDICT_BLOCKS - 1)! < floor);
 });
