@@ -24,6 +24,7 @@ export {
   merge,
   diff,
   growth,
+  growthSeries,
   top,
   totalValue,
   findSampleType,
@@ -33,7 +34,7 @@ export {
   str,
   Profile,
 } from './profile/index.js';
-export type { GrowthRow, GrowthResult, ParseOptions, ReadOptions, EncodeOptions, TopRow, Numeric, ProfileIndex, ParseResult } from './profile/index.js';
+export type { ChainRow, GrowthRow, GrowthResult, ProcessGrowth, SeriesProfile, ParseOptions, ReadOptions, EncodeOptions, TopRow, Numeric, ProfileIndex, ParseResult } from './profile/index.js';
 export {
   profiler,
   memoryEvents,

@@ -7,7 +7,7 @@ export { readProfile, type ReadOptions } from './files.js';
 export { scale } from './scale.js';
 export { merge } from './merge.js';
 export { diff } from './diff.js';
-export { growth, type GrowthRow, type GrowthResult } from './growth.js';
+export { growth, growthSeries, groupByProcess, processInfo, type ChainRow, type GrowthRow, type GrowthResult, type ProcessGrowth, type ProcessInfo, type SeriesProfile } from './growth.js';
 export { top, totalValue, type TopRow } from './top.js';
 export { findSampleType, frameNames, indexProfile, sampleTypeNames, str, type Numeric, type ProfileIndex } from './model.js';
 export type { ParseResult } from './proto.js';

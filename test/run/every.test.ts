@@ -36,9 +36,9 @@ test(`run --every 1s: a named series while the program runs, which growth reads 
     assert.ok(series.length >= 7, `${series.length} periodic profiles`);
     const g = spawnSync(process.execPath, [cli, 'growth', '--json', ...series], { env: env(), encoding: 'utf8' });
     assert.equal(g.status, 0, g.stderr);
-    const out = JSON.parse(g.stdout) as { functions: { name: string; bytesPerSecond: number; significant: boolean }[] };
-    const leak = out.functions.find((f) => f.name === 'leakyRegistry');
-    const steady = out.functions.find((f) => f.name === 'steadyCache');
+    const out = JSON.parse(g.stdout) as { functions: { function: string; bytesPerSecond: number; significant: boolean }[] };
+    const leak = out.functions.find((f) => f.function === 'leakyRegistry');
+    const steady = out.functions.find((f) => f.function === 'steadyCache');
     assert.ok(leak && steady, g.stdout.slice(0, 1000));
     assert.ok(leak.significant && Math.abs(leak.bytesPerSecond - MiB) <= 0.3 * MiB, JSON.stringify(leak));
     assert.ok(!steady.significant, JSON.stringify(steady));
