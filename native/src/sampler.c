@@ -364,7 +364,9 @@ static int32_t thread_id(mp_thread_t* t) {
 /* Allocates a sampled block and records it; a sample that cannot be kept (budget hit, thread
  * exiting) is counted as dropped and the allocation is served normally. */
 static void* sampled_alloc(mp_thread_t* t, size_t size, size_t align, bool zero, const caller_t* c, mp_recorded_t* recorded) {
-  uintptr_t* frames = mp_stack_scratch(t); /* not the stack: the program's may have little room left */
+  /* not the stack: the program's may have little room left. An exiting thread has given its
+   * scratch back (thread.c) and takes none again: its sample is dropped. */
+  uintptr_t* frames = mp_unlikely(t->exiting) ? NULL : mp_stack_scratch(t);
   if (mp_unlikely(frames == NULL)) {
     *recorded = (mp_recorded_t){0, false};
     mp_count_dropped();

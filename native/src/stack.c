@@ -209,7 +209,7 @@ static atomic_bool slot_taken[SCRATCH_SLOTS];
 
 uintptr_t* mp_stack_scratch(mp_thread_t* t) {
   if (mp_likely(t->scratch != NULL)) return t->scratch->frames;
-  mp_assert(t->in_profiler);
+  mp_assert(t->in_profiler && !t->exiting); /* a slot claimed after the thread's release would be lost */
   for (uint32_t i = 0; i < SCRATCH_SLOTS; i++) {
     if (atomic_load_explicit(&slot_taken[i], memory_order_relaxed)) continue;
     if (atomic_exchange_explicit(&slot_taken[i], true, memory_order_acquire)) continue;
