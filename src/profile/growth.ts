@@ -122,6 +122,7 @@ interface KeyInfo {
   file: string;
   line: number;
   program: boolean;
+  js: boolean;
 }
 
 /** One sample row, reduced: its frames' keys (leaf first) and its figures. */
@@ -153,14 +154,14 @@ function locationKeys(ix: ProfileIndex, id: number | bigint, info: Map<string, K
     const start = toNum(f!.startLine) > 0 ? toNum(f!.startLine) : toNum(line.line);
     const js = isJavaScriptName(str(ix.profile, f!.systemName)) && file !== '';
     const key = js ? `${name} ${file}:${start}` : name;
-    if (!info.has(key)) info.set(key, { function: name, file, line: start, program: js && !file.startsWith('node:') && !isProfilerScript(file) });
+    if (!info.has(key)) info.set(key, { function: name, file, line: start, js, program: js && !file.startsWith('node:') && !isProfilerScript(file) });
     keys.push(key);
   }
   if (keys.length > 0) return keys;
   const m = isZero(loc.mappingId) ? undefined : ix.mappings.get(canonical(loc.mappingId));
   const file = m ? str(ix.profile, m.filename) : '';
   const key = file !== '' ? `[${baseName(file)}]` : hex(loc.address);
-  if (!info.has(key)) info.set(key, { function: key, file: '', line: 0, program: false });
+  if (!info.has(key)) info.set(key, { function: key, file: '', line: 0, js: false, program: false });
   return [key];
 }
 
@@ -341,60 +342,115 @@ export function growth(profiles: { profile: Profile; name: string }[], sampleTyp
   }
   const functions = [...cum].map(([k, s]) => row(k, s)).sort(order);
   const flat = [...flatSets].map(([k, rs]) => row(k, seriesOf(rs, n))).sort(order);
-  const chains = chainRows(flatSets, n, fitter, row, (k) => info.get(k)?.program === true).sort(order);
+  const chains = chainRows(
+    flatSets,
+    n,
+    fitter,
+    row,
+    (k) => info.get(k)?.program === true,
+    (k) => info.get(k)?.js === true,
+  ).sort(order);
   return { times, totals, sampleType, unit, functions, flat, chains };
 }
 
 /**
  * The chains (see the file comment): from each leaf's samples, up the callers while one
- * carries the set's slope; split where callers each carry a significant part and nothing else
- * grows; stop otherwise. A set that does not grow significantly follows only callers that
- * all its samples share (a chain of identical figures).
+ * carries the set's slope; split where callers each carry a significant part and what the
+ * others hold is not growing; stop otherwise. Where no caller carries the slope because the
+ * runtime reached the same JavaScript function by several native paths (V8 calls an API
+ * callback one way from interpreted code and another from optimised code), the callers are
+ * compared at the nearest JavaScript frame instead, and the chain goes on from there (its
+ * via shows the native frames of the path that holds the most). A set that does not grow
+ * significantly follows only callers that all its samples share (a chain of identical
+ * figures).
  */
-function chainRows(flatSets: Map<string, Row[]>, n: number, fitter: Fitter, row: (key: string, s: Series) => GrowthRow, program: (key: string) => boolean): ChainRow[] {
+function chainRows(flatSets: Map<string, Row[]>, n: number, fitter: Fitter, row: (key: string, s: Series) => GrowthRow, program: (key: string) => boolean, javascript: (key: string) => boolean): ChainRow[] {
   const out: ChainRow[] = [];
   const END = '\0end';
-  const walk = (rows: Row[], depth: number, s: Series, fit: Fit): void => {
-    const parts = new Map<string, Row[]>();
-    for (const r of rows) {
-      const k = r.keys[depth] ?? END;
-      (parts.get(k) ?? parts.set(k, []).get(k)!).push(r);
-    }
-    const next = [...parts].filter(([k]) => k !== END);
-    const follow = (_k: string, rs: Row[], ps: Series): void => walk(rs, depth + 1, ps, fitter.fit(ps));
-    if (next.length === 1 && parts.size === 1) {
-      const [k, rs] = next[0]!;
-      return follow(k, rs, s);
-    }
-    if (next.length > 0) {
-      const fits = next.map(([k, rs]) => {
-        const ps = seriesOf(rs, n);
-        return { k, rs, ps, f: fitter.fit(ps) };
-      });
-      fits.sort((a, b) => b.f.slope - a.f.slope);
-      const best = fits[0]!;
-      // one caller carries it: what the rest holds is not significantly growing
-      if (fit.significant && best.f.slope > 0 && !fitter.fit(minus(s, best.ps)).significant) return follow(best.k, best.rs, best.ps);
-      // callers that each carry a significant part while nothing else grows (a leak beside a
-      // noisy or shrinking neighbour, or two leaks meeting in one allocator): one row each
-      const carrying = fits.filter((x) => x.f.significant);
-      if (carrying.length > 0) {
-        let rest = s;
-        for (const x of carrying) rest = minus(rest, x.ps);
-        if (!fitter.fit(rest).significant) {
-          for (const x of carrying) follow(x.k, x.rs, x.ps);
-          return;
-        }
+  interface Item {
+    r: Row;
+    /** Index of the next caller to look at in r.keys. */
+    pos: number;
+  }
+  interface Part {
+    k: string;
+    items: Item[];
+    s: Series;
+    f: Fit;
+    /** The frames the part adds to the via (the heaviest path's). */
+    adds: string[];
+  }
+  const partition = (items: Item[], at: (it: Item) => number): { parts: Part[]; ended: boolean } => {
+    const groups = new Map<string, { items: Item[]; heaviest: Item; weight: number }>();
+    let ended = false;
+    for (const it of items) {
+      const i = at(it);
+      if (i < 0 || i >= it.r.keys.length) {
+        ended = true;
+        continue;
+      }
+      const k = it.r.keys[i]!;
+      const next = { r: it.r, pos: i + 1 };
+      const g = groups.get(k);
+      if (!g) groups.set(k, { items: [next], heaviest: it, weight: it.r.y });
+      else {
+        g.items.push(next);
+        if (it.r.y > g.weight) [g.heaviest, g.weight] = [it, it.r.y];
       }
     }
-    const keys = rows[0]!.keys.slice(0, depth);
-    const base = row(keys[0]!, s);
-    const own = keys.find(program);
-    out.push({ ...base, via: keys.slice(1), ...(own !== undefined ? { programFunction: own } : {}) });
+    const parts = [...groups].map(([k, g]) => {
+      const ps = seriesOf(
+        g.items.map((x) => x.r),
+        n,
+      );
+      return { k, items: g.items, s: ps, f: fitter.fit(ps), adds: g.heaviest.r.keys.slice(g.heaviest.pos, at(g.heaviest) + 1) };
+    });
+    parts.sort((x, y) => y.f.slope - x.f.slope);
+    return { parts, ended };
+  };
+  /** The part that carries the set, or the parts that each carry some while nothing else grows. */
+  const carriers = (s: Series, fit: Fit, parts: Part[]): Part[] => {
+    if (parts.length === 0) return [];
+    const best = parts[0]!;
+    if (fit.significant && best.f.slope > 0 && !fitter.fit(minus(s, best.s)).significant) return [best];
+    const carrying = parts.filter((x) => x.f.significant);
+    if (carrying.length === 0) return [];
+    let rest = s;
+    for (const x of carrying) rest = minus(rest, x.s);
+    return fitter.fit(rest).significant ? [] : carrying;
+  };
+  const walk = (items: Item[], via: string[], s: Series, fit: Fit): void => {
+    const direct = partition(items, (it) => it.pos);
+    if (direct.parts.length === 1 && !direct.ended) {
+      const only = direct.parts[0]!;
+      return walk(only.items, [...via, ...only.adds], s, fit);
+    }
+    let follow = carriers(s, fit, direct.parts);
+    if (follow.length !== 1) {
+      // compared at the nearest JavaScript frame above
+      const atJs = partition(items, (it) => {
+        for (let i = it.pos; i < it.r.keys.length; i++) if (javascript(it.r.keys[i]!)) return i;
+        return -1;
+      });
+      const js = carriers(s, fit, atJs.parts);
+      if (js.length === 1 || (js.length > 0 && follow.length === 0)) follow = js;
+    }
+    if (follow.length > 0) {
+      for (const x of follow) walk(x.items, [...via, ...x.adds], x.s, x.f);
+      return;
+    }
+    const leaf = items[0]!.r.keys[0]!;
+    const own = [leaf, ...via].find(program);
+    out.push({ ...row(leaf, s), via, ...(own !== undefined ? { programFunction: own } : {}) });
   };
   for (const [, rs] of flatSets) {
     const s = seriesOf(rs, n);
-    walk(rs, 1, s, fitter.fit(s));
+    walk(
+      rs.map((r) => ({ r, pos: 1 })),
+      [],
+      s,
+      fitter.fit(s),
+    );
   }
   return out;
 }
