@@ -9,6 +9,7 @@ import { basename } from 'node:path';
 import type { Profile } from 'pprof-format';
 
 import { UsageError } from '../errors.js';
+import { formatPeak } from '../profile/peak.js';
 import { formatRssLines } from '../profile/rss.js';
 import { writeHtmlReport } from '../report/index.js';
 import { isProfilerScript } from '../report/data.js';
@@ -169,15 +170,17 @@ export async function runCommand(argv: string[]): Promise<number> {
   // peak resident set, else by what it had in use at exit
   const weight = (p: ProcessReport) => p.peakRssBytes ?? p.inuseBytes ?? 0;
   const detailed = profiled.reduce((a, b) => (weight(b) > weight(a) ? b : a));
-  if (result.processes.length > 1) printProcesses(result.processes, detailed);
+  if (result.processes.length > 1) printProcesses(result.processes, detailed, opts.peak === true);
   if (opts.top > 0 && detailed.profile) {
     const who = detailed.argv.length > 0 ? basename(detailed.argv[0]!) : basename(opts.command[0]!);
-    err.write(`\nmimalloc-pprof: in-use memory of ${who} (pid ${detailed.pid}) ${opts.peak ? `at its peak${peakWhen(detailed.profile)}` : 'at exit'}\n`);
+    // --peak: the figures are the peak's, with the estimate's error and when it was reached
+    const when = detailed.peak ? `at the peak: ${formatPeak(detailed.peak, humanBytes, result.startedUnixMs)}` : opts.peak ? 'at exit (no peak was recorded)' : 'at exit';
+    err.write(`\nmimalloc-pprof: in-use memory of ${who} (pid ${detailed.pid}) ${when}\n`);
     const stripped = strippedExecutable(detailed.profile);
     if (stripped) err.write(`mimalloc-pprof: ${stripped} has no symbol table (stripped): its own frames show as [${stripped}]\n`);
     printTop(detailed.profile, 'inuse_space', opts.top, err);
     printJavaScriptCallers(detailed.profile, opts.top, err);
-    const allocated = allocatedHint(detailed.profile, detailed.file);
+    const allocated = allocatedHint(detailed.profile, detailed.file, detailed.peak ? 'at the peak' : 'at exit');
     if (allocated) err.write(`\n${allocated}\n`);
     if (detailed.rss) {
       err.write(`\nResident set of ${who} when profiled: ${humanBytes(detailed.rss.rss)}\n`);
@@ -205,7 +208,7 @@ export async function runCommand(argv: string[]): Promise<number> {
  * When far more was allocated over the run than was in use at its end (a program that frees
  * before it exits), where to look instead: the allocated totals every `run` profile carries.
  */
-export function allocatedHint(profile: Profile, file: string | undefined): string | undefined {
+export function allocatedHint(profile: Profile, file: string | undefined, when: 'at exit' | 'at the peak' = 'at exit'): string | undefined {
   const str = (i: number | bigint) => profile.stringTable.strings[Number(i)] ?? '';
   const total = (name: string) => {
     const i = profile.sampleType.findIndex((t) => str(t.type) === name);
@@ -214,14 +217,7 @@ export function allocatedHint(profile: Profile, file: string | undefined): strin
   const inuse = total('inuse_space');
   const alloc = total('alloc_space');
   if (inuse === undefined || alloc === undefined || alloc <= 4 * inuse) return undefined;
-  return `mimalloc-pprof: ${humanBytes(alloc)} was allocated over the run, ${humanBytes(inuse)} was in use at exit; where it was allocated: mimalloc-pprof top ${file ?? 'FILE'} --sample-index alloc_space`;
-}
-
-/** ", reached N s after start" from the peak comment of a --peak profile, when it has one. */
-function peakWhen(profile: Profile): string {
-  const c = profile.comment.map((i) => profile.stringTable.strings[Number(i)] ?? '').find((x) => x.startsWith('peak: '));
-  const at = Number(/at_unix_ms=(\d+)/.exec(c ?? '')?.[1]);
-  return Number.isFinite(at) && at > 0 ? ` (${new Date(at).toISOString()})` : '';
+  return `mimalloc-pprof: ${humanBytes(alloc)} was allocated over the run, ${humanBytes(inuse)} was in use ${when}; where it was allocated: mimalloc-pprof top ${file ?? 'FILE'} --sample-index alloc_space`;
 }
 
 function groupSeries(series: { pid: number; n: number; file: string }[]): Map<number, string[]> {
@@ -250,18 +246,18 @@ function strippedExecutable(profile: Profile): string | undefined {
   return framesIn ? basename(file) : undefined;
 }
 
-/** One line per process: pid, parent, peak RSS, in use at exit, command line. */
-function printProcesses(processes: readonly ProcessReport[], detailed: ProcessReport): void {
+/** One line per process: pid, parent, peak RSS, in use at exit (or at the peak), command line. */
+function printProcesses(processes: readonly ProcessReport[], detailed: ProcessReport, atPeak: boolean): void {
   const err = process.stderr;
   err.write(`\nmimalloc-pprof: ${processes.length} processes\n`);
-  err.write('      pid   parent   peak RSS     in use  command\n');
+  err.write(`      pid   parent   peak RSS  ${atPeak ? 'in use at the peak' : '   in use'}  command\n`);
   for (const p of processes) {
     const inuse = p.profile ? humanBytes(p.inuseBytes ?? 0) : 'no profile';
     const peak = p.peakRssBytes !== undefined ? humanBytes(p.peakRssBytes) : '?';
     const mark = p === detailed ? '*' : p.main ? 'm' : ' ';
     const command = p.argv.length > 0 ? p.argv.join(' ') : '?';
     err.write(
-      `${mark} ${String(p.pid).padStart(7)}  ${String(p.ppid || '?').padStart(7)}  ${peak.padStart(9)}  ${inuse.padStart(9)}  ${command.length > 100 ? `${command.slice(0, 97)}...` : command}\n`,
+      `${mark} ${String(p.pid).padStart(7)}  ${String(p.ppid || '?').padStart(7)}  ${peak.padStart(9)}  ${inuse.padStart(atPeak ? 18 : 9)}  ${command.length > 100 ? `${command.slice(0, 97)}...` : command}\n`,
     );
   }
   err.write('  (m: the process run started; *: detailed below)\n');

@@ -13,6 +13,8 @@ import { parentPort, workerData } from 'node:worker_threads';
 import type { Profile } from 'pprof-format';
 
 import { mergeJsHeap, type V8SamplingHeapProfile } from '../profile/js-heap.js';
+import { annotatePeak } from '../profile/peak.js';
+import { humanBytes } from '../cli/top.js';
 import { formatRssComment } from '../profile/rss.js';
 import { measureRss, type V8HeapFigures } from './rss.cjs';
 import { requireAddon, translate } from './addon.js';
@@ -67,6 +69,8 @@ if (parentPort) {
           const id = nextId++;
           const timeNs = BigInt(Date.now()) * 1_000_000n;
           const profile = takeSnapshot(requireAddon(), dumpPath, msg.peak === true);
+          // a peak profile says so, with the estimate's standard error and when (src/profile/peak.ts)
+          if (msg.peak === true) annotatePeak(profile, humanBytes);
           if (msg.jsHeap) {
             const merged = mergeJsHeap(profile, msg.jsHeap.profile, msg.jsHeap.interval);
             profile.comment.push(

@@ -25,7 +25,9 @@ import { addonPath, libraryPath, packageRoot } from '../preload/library.js';
 import { encodeHeapText, encodeProfile, findSampleType, totalValue } from '../profile/index.js';
 import { writeFileAtomic } from '../profile/files.js';
 import { mergeJsHeap, type V8SamplingHeapProfile } from '../profile/js-heap.js';
+import { annotatePeak, type PeakInfo } from '../profile/peak.js';
 import { formatRssComment, type RssBreakdown } from '../profile/rss.js';
+import { humanBytes } from '../cli/top.js';
 import { codeCopiesFromSnapshot, codeCopiesOf, type CodeCopy } from '../symbolize/code-copies.js';
 import { isPreloadLibrary, symbolize } from '../symbolize/index.js';
 import { recordedNumber } from '../symbolize/raw.js';
@@ -74,6 +76,8 @@ export interface ProcessReport extends ProcessMarker {
   peakRssBytes?: number;
   /** Node: its resident set accounted for when its profile was taken. */
   rss?: RssBreakdown;
+  /** `--peak`: the profile is the peak's (its estimate, standard error and when). */
+  peak?: PeakInfo;
 }
 
 export type RunResult =
@@ -89,6 +93,8 @@ export type RunResult =
       signal: NodeJS.Signals | null;
       /** Every process the preload reached, the main one first. */
       processes: ProcessReport[];
+      /** When the program was started (Unix ms). */
+      startedUnixMs?: number;
       /** Why the main process left no profile, when it left none (others may have). */
       noProfile?: string;
       /** A warning to show before the results (e.g. the preload cannot reach the program). */
@@ -454,7 +460,7 @@ function startSeries(opts: RunOptions, runDir: string, copies: CodeCopies): { st
   };
 }
 
-function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport, copies: CodeCopies): void {
+function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport, copies: CodeCopies, startedUnixMs?: number): void {
   const started = performance.now();
   // --peak: the in-use figures of the high-water mark (the library wrote both at exit)
   const peakFile = join(runDir, `peak.${p.pid}.pb`);
@@ -472,6 +478,11 @@ function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport, copie
     ...v8LogOptions(runDir, p.pid, []),
   });
   const comment = (text: string) => profile.comment.push(profile.stringTable.dedup(text));
+  // the peak's figures say so, with their standard error and when (src/profile/peak.ts)
+  if (atPeak) {
+    const peak = annotatePeak(profile, humanBytes, startedUnixMs);
+    if (peak) p.peak = peak;
+  }
   const jsHeapFile = join(runDir, `jsheap.${p.pid}.json`);
   // the JavaScript heap and the resident set were measured at exit, not at the peak
   if (opts.jsHeap && !atPeak && existsSync(jsHeapFile)) {
@@ -526,6 +537,7 @@ export async function runProgram(opts: RunOptions): Promise<RunResult> {
 
     const copies = watchCodeCopies(runDir, opts.profile);
     const series = opts.profile && opts.every !== undefined ? startSeries(opts, runDir, copies) : undefined;
+    const startedUnixMs = Date.now();
     const { pid: mainPid, ended } = await launch(launched, launchArgs, deno ? 'deno' : cmd, env);
     copies.stop();
     const written = series?.stop() ?? [];
@@ -565,11 +577,12 @@ export async function runProgram(opts: RunOptions): Promise<RunResult> {
       code,
       signal,
       processes,
+      startedUnixMs,
       ...(obstacle ? { warning: obstacle } : {}),
       ...(series ? { series: written } : {}),
     };
     if (!opts.profile) return result;
-    for (const p of processes) if (raws.has(p.pid)) finishProfile(opts, runDir, p, copies);
+    for (const p of processes) if (raws.has(p.pid)) finishProfile(opts, runDir, p, copies, startedUnixMs);
     if (!raws.has(mainPid)) result.noProfile = whyNoProfile(cmd, code, signal);
     return result;
   } finally {

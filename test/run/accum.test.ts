@@ -58,6 +58,8 @@ test('run: allocated totals beside in use, and a hint when far more was allocate
     const built = cum('alloc_space', 'build_peak');
     assert.ok(Math.abs(built - 100 * MiB) <= 4 * sd(PEAK.blocks, PEAK.size), `allocated, build_peak: ${built}`);
     assert.match(r.stderr, /was allocated over the run, .* was in use at exit; where it was allocated: mimalloc-pprof top \S*p\.pb\.gz --sample-index alloc_space/);
+    // control for the peak's labels: a run without --peak says "at exit", never "at the peak"
+    assert.doesNotMatch(r.stderr, /at the peak/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -72,7 +74,10 @@ test('run --peak: the profile at the high-water mark (both functions), its comme
     const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'LD_PRELOAD' && !k.startsWith('MIMALLOC_')));
     const r = spawnSync(process.execPath, [join(root, 'dist', 'src', 'cli', 'bin.js'), 'run', '--peak', '--seed', '3', '--out', 'p.pb.gz', '--', exe], { cwd: dir, env, encoding: 'utf8' });
     assert.equal(r.status, 0, r.stderr);
-    assert.match(r.stderr, /in-use memory of peak_then_free \(pid \d+\) at its peak \(\d{4}-/);
+    // issue 29 (6): "at the peak" everywhere, with the estimate's standard error and when
+    const line = /in-use memory of peak_then_free \(pid \d+\) at the peak: (\S+) ± (\S+) \(1 standard error\), reached (\d{4}-\S+Z) \((\d+\.\d) s after the run started\)/.exec(r.stderr);
+    assert.ok(line, r.stderr);
+    assert.doesNotMatch(r.stderr, /at exit/, 'a peak run says nothing is "at exit"');
     const p = parseProfile(readFileSync(join(dir, 'p.pb.gz')));
     const cum = (type: string, fn: string) => top(p, findSampleType(p, type)).find((row) => row.name === fn)?.cum ?? 0;
     const built = cum('inuse_space', 'build_peak');
@@ -85,6 +90,16 @@ test('run --peak: the profile at the high-water mark (both functions), its comme
     const total = top(p, findSampleType(p, 'inuse_space')).reduce((a, row) => a + row.flat, 0);
     assert.ok(Math.abs(Number(m[1]) - total) <= 0.01 * total, `comment ${m[1]}, profile ${total}`);
     assert.ok(Math.abs(Number(m[2]) - Date.now()) < 120_000, 'the peak was reached during this run');
+    // the profile says so too, and its time is the peak's
+    const said = p.comment.map((c) => p.stringTable.strings[Number(c)] ?? '').find((c) => c.startsWith('at the peak: '));
+    assert.match(said ?? '', / ± \S+ \(1 standard error\), reached \d{4}-/, said);
+    assert.equal(Number(p.timeNanos) / 1e6, Number(m[2]));
+    assert.equal(new Date(Number(m[2])).toISOString(), line[3]);
+    // the standard error: 25 blocks of 4 MiB and 2 of 2.5 MiB at R = 512 KiB, N s²(1−q)/q (the expectation of Σ s²(1−q)/q² over the sampled)
+    const v = (s: number, n: number) => { const q = -Math.expm1(-s / 524288); return (n * s * s * (1 - q)) / q; };
+    const se = Math.sqrt(v(4 * MiB, 25) + v(2.5 * MiB, 2));
+    const printed = Number(/^([\d.]+)KiB$/.exec(line[2] ?? '')?.[1]) * 1024;
+    assert.ok(Math.abs(printed - se) <= 0.3 * se, `standard error printed ${line[2]}, expected about ${(se / 1024).toFixed(0)}KiB`);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
