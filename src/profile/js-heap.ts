@@ -15,6 +15,7 @@
  * from V8's perf map): a frame whose name, file and first line match one of them uses it, so
  * `-focus`, `top` and the report see one function, whichever heap its memory is in.
  */
+import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { isJavaScriptName } from '../symbolize/perfmap.js';
@@ -56,6 +57,15 @@ function frameName(cf: V8SamplingHeapNode['callFrame']): { name: string; file: s
   return { name, file, line, column };
 }
 
+/** This package's own scripts (dist/src/…: the exit hook, the API's snapshot path): the
+ * profiler's work, which is never the program's (their subtrees are left out). */
+const OWN_SCRIPTS = `${dirname(dirname(fileURLToPath(import.meta.url)))}/`;
+
+/** Whether a script path is one of this package's own. */
+export function isOwnScript(file: string): boolean {
+  return file.startsWith(OWN_SCRIPTS);
+}
+
 /** Horvitz–Thompson weight of one sampled object of `size` bytes at mean interval R. */
 function weight(size: number, interval: number): number {
   return size <= 0 ? 1 : 1 / -Math.expm1(-size / interval);
@@ -85,13 +95,78 @@ export function mergeJsHeap(profile: Profile, js: V8SamplingHeapProfile, interva
       if (!functions.has(k)) functions.set(k, f);
     }
   }
+  // V8 names a frame only while its script is alive: at exit, after the collection, the
+  // scripts of modules whose functions are all gone (a CommonJS module's top level, Node's
+  // run_main_module) have no url and no line in the sampling profile. Such a frame is named as
+  // the native stacks name the same function (from V8's perf map): by its name, its script (the
+  // file other frames of the same scriptId have), and where that leaves several, by the native
+  // stacks' JavaScript caller and callee edges next to it.
+  // MIMALLOC_PPROF_TEST_JS_HEAP_RAW=1: the tests' control (test/run/js-heap-names.test.ts)
+  const raw = process.env.MIMALLOC_PPROF_TEST_JS_HEAP_RAW === '1';
+  const byId = new Map(profile.function.map((f) => [Number(f.id), f]));
+  const locById = new Map(profile.location.map((l) => [Number(l.id), l]));
+  const jsFunctions = [...functions.values()];
+  const callees = new Map<ProfileFunction, Set<ProfileFunction>>();
+  for (const smp of profile.sample) {
+    let caller: ProfileFunction | undefined;
+    for (let i = smp.locationId.length - 1; i >= 0; i--) {
+      const loc = locById.get(Number(smp.locationId[i]));
+      for (let j = (loc?.line.length ?? 0) - 1; j >= 0; j--) {
+        const any = byId.get(Number(loc!.line[j]!.functionId));
+        if (!any || !isJavaScriptName(str(any.systemName))) continue;
+        // one function per name, file and line (the native side has one per tier of code)
+        const f = functions.get(key(str(any.name), str(any.filename), Number(any.startLine))) ?? any;
+        if (caller && caller !== f) (callees.get(caller) ?? callees.set(caller, new Set()).get(caller)!).add(f);
+        caller = f;
+      }
+    }
+  }
+  const fileOfScript = new Map<string, string>();
+  const collectFiles = (node: V8SamplingHeapNode) => {
+    const id = node.callFrame.scriptId;
+    if (id && node.callFrame.url && !fileOfScript.has(id)) fileOfScript.set(id, frameName(node.callFrame).file);
+    for (const c of node.children) collectFiles(c);
+  };
+  collectFiles(js.head);
+  const unresolved = (cf: V8SamplingHeapNode['callFrame']) => !raw && cf.url === '' && cf.lineNumber < 0 && cf.functionName !== '(root)';
+  /** The native side's function for a frame V8 could no longer name, or undefined. */
+  const resolve = (node: V8SamplingHeapNode, parent: ProfileFunction | undefined): ProfileFunction | undefined => {
+    const cf = node.callFrame;
+    const file = cf.scriptId ? fileOfScript.get(cf.scriptId) : undefined;
+    let c = jsFunctions.filter(
+      (f) =>
+        (cf.functionName ? str(f.name) === cf.functionName : ['(top level)', '(anonymous)'].includes(str(f.name))) &&
+        (file === undefined || str(f.filename) === file) &&
+        !isOwnScript(str(f.filename)),
+    );
+    if (c.length > 1 && parent) {
+      const next = c.filter((f) => callees.get(parent)?.has(f));
+      if (next.length > 0) c = next;
+    }
+    if (c.length > 1) {
+      // by the callees: the children V8 still names
+      const isKid = (g: ProfileFunction) =>
+        node.children.some((k) =>
+          k.callFrame.url !== ''
+            ? g === functions.get(key(frameName(k.callFrame).name, frameName(k.callFrame).file, frameName(k.callFrame).line))
+            : k.callFrame.functionName !== '' && str(g.name) === k.callFrame.functionName,
+        );
+      const next = c.filter((f) => [...(callees.get(f) ?? [])].some(isKid));
+      if (next.length > 0) c = next;
+    }
+    if (c.length > 1 && !cf.functionName) {
+      const top = c.filter((f) => str(f.name) === '(top level)');
+      if (top.length === 1) c = top;
+    }
+    return c.length === 1 ? c[0] : undefined;
+  };
   let nextFunction = profile.function.reduce((a, f) => Math.max(a, Number(f.id)), 0) + 1;
   let nextLocation = profile.location.reduce((a, l) => Math.max(a, Number(l.id)), 0) + 1;
   const locations = new Map<ProfileFunction, Location>();
-  const locationOf = (cf: V8SamplingHeapNode['callFrame']): Location => {
+  const locationOf = (cf: V8SamplingHeapNode['callFrame'], known?: ProfileFunction): Location => {
     const { name, file, line, column } = frameName(cf);
     const k = key(name, file, line);
-    let f = functions.get(k);
+    let f = known ?? functions.get(k);
     if (!f) {
       f = new ProfileFunction({
         id: nextFunction++,
@@ -108,6 +183,7 @@ export function mergeJsHeap(profile: Profile, js: V8SamplingHeapProfile, interva
       loc = new Location({ id: nextLocation++, line: [new Line({ functionId: f.id, line: Number(f.startLine) })] });
       profile.location.push(loc);
       locations.set(f, loc);
+      fnOf.set(loc, f);
     }
     return loc;
   };
@@ -118,6 +194,7 @@ export function mergeJsHeap(profile: Profile, js: V8SamplingHeapProfile, interva
   const summary: JsHeapSummary = { bytes: 0, objects: 0, samples: js.samples?.length ?? 0 };
   const jsLabel = () => [new Label({ key: heapKey, str: strings.dedup('js') }), new Label({ key: threadKey, str: strings.dedup('main') })];
   // depth first, the path from the root's child down (the root is V8's "(root)")
+  const fnOf = new Map<Location, ProfileFunction>();
   const walk = (node: V8SamplingHeapNode, path: Location[]) => {
     if (node.selfSize > 0 && path.length > 0) {
       const value = profile.sampleType.map(() => 0);
@@ -128,7 +205,14 @@ export function mergeJsHeap(profile: Profile, js: V8SamplingHeapProfile, interva
       summary.bytes += node.selfSize;
       summary.objects += objects;
     }
-    for (const child of node.children) walk(child, [...path, locationOf(child.callFrame)]);
+    for (const child of node.children) {
+      // the profiler's own work (the exit hook's collection, the API's snapshot) is not the program's
+      if (!raw && isOwnScript(frameName(child.callFrame).file)) continue;
+      const parent = path.length > 0 ? fnOf.get(path[path.length - 1]!) : undefined;
+      const known = unresolved(child.callFrame) ? resolve(child, parent) : undefined;
+      const loc = locationOf(child.callFrame, known);
+      walk(child, [...path, loc]);
+    }
   };
   walk(js.head, []);
   return summary;
