@@ -32,7 +32,8 @@ export async function reportClient(): Promise<void> {
     type: 0,
     zoom: 0,
     search: '',
-    sort: 'cum' as 'flat' | 'cum' | 'name',
+    // the Top table opens on where the memory is (flat), not on the root frames every stack passes through
+    sort: 'flat' as 'flat' | 'cum' | 'name',
     excluded: {} as Record<string, Set<string>>,
   };
 
@@ -109,11 +110,15 @@ export async function reportClient(): Promise<void> {
     return out;
   }
 
+  /** The search as a regular expression; an invalid one is matched as plain text, and the page says so (searchError). */
+  let searchError = '';
   function searchRegex(): RegExp | undefined {
+    searchError = '';
     if (state.search === '') return undefined;
     try {
       return new RegExp(state.search, 'i');
-    } catch {
+    } catch (e) {
+      searchError = `not a valid regular expression (${e instanceof Error ? e.message.replace(/^Invalid regular expression: /, '') : String(e)}): matched as plain text`;
       return new RegExp(state.search.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'), 'i');
     }
   }
@@ -196,7 +201,7 @@ export async function reportClient(): Promise<void> {
       div.style.left = `${x}px`;
       div.style.top = `${row * rowH}px`;
       div.style.width = `${Math.max(1, w - 1)}px`;
-      if (node !== 0 && re && re.test(d.frames.name[f]!)) div.classList.add('match');
+      if (node !== 0 && re && re.test(name)) div.classList.add('match');
       div.style.setProperty('--h', String(hue(d.frames.name[f] ?? 'all')));
       box.append(div);
       drawn++;
@@ -244,7 +249,7 @@ export async function reportClient(): Promise<void> {
       const val = d.samples.values[t]![i]!;
       total += Math.abs(val);
       for (let x = leaf; x > 0; x = d.nodes.parent[x]!) {
-        const name = d.frames.name[d.nodes.frame[x]!]!;
+        const name = display(d.nodes.frame[x]!); // as drawn on the bar: JavaScript frames with file:line
         if (re.test(name)) {
           matched += val;
           hits.add(name);
@@ -253,7 +258,8 @@ export async function reportClient(): Promise<void> {
       }
     });
     const unit = d.sampleTypes[t]!.unit;
-    out.textContent = `matched ${hits.size} function${hits.size === 1 ? '' : 's'}: ${fmt(matched, unit)} (${pct(matched, total)})`;
+    out.textContent = `${searchError ? `${searchError}; ` : ''}matched ${hits.size} function${hits.size === 1 ? '' : 's'}: ${fmt(matched, unit)} (${pct(matched, total)})`;
+    out.classList.toggle('error', searchError !== '');
     out.setAttribute('data-matched', String(matched));
   }
 
@@ -297,7 +303,11 @@ export async function reportClient(): Promise<void> {
   function drawTop(): void {
     const rows = topRows(false);
     const key = state.sort;
-    rows.sort((a, b) => (key === 'name' ? (a.name < b.name ? -1 : 1) : Math.abs(b[key]) - Math.abs(a[key]) || (a.name < b.name ? -1 : 1)));
+    rows.sort((a, b) => (key === 'name' ? (a.name < b.name ? -1 : 1) : Math.abs(b[key]) - Math.abs(a[key]) || Math.abs(b.cum) - Math.abs(a.cum) || (a.name < b.name ? -1 : 1)));
+    for (const th of Array.from(document.querySelectorAll<HTMLElement>('#top th[data-sort]'))) {
+      if (th.dataset.sort === key) th.setAttribute('aria-sort', key === 'name' ? 'ascending' : 'descending');
+      else th.removeAttribute('aria-sort');
+    }
     fillTable('top', rows.slice(0, 300), true);
   }
 
@@ -320,40 +330,124 @@ export async function reportClient(): Promise<void> {
     }
   }
 
+  /** "value" ticks for an axis from 0 to max: 0 and up to 4 round steps. */
+  const ticks = (max: number, bytes: boolean): number[] => {
+    if (!(max > 0)) return [0];
+    const base = bytes ? 1024 ** Math.max(0, Math.floor(Math.log(max) / Math.log(1024))) : 1;
+    const raw = max / base / 4;
+    const mag = 10 ** Math.floor(Math.log10(raw));
+    const step = ([1, 2, 2.5, 5, 10].map((m) => m * mag).find((m) => m >= raw) ?? 10 * mag) * base;
+    const out: number[] = [];
+    for (let v = 0; v <= max * 1.0001; v += step) out.push(v);
+    return out;
+  };
+  const svgNs = 'http://www.w3.org/2000/svg';
+  const svg = (tag: string, attrs: Record<string, string | number>, text?: string): SVGElement => {
+    const e = document.createElementNS(svgNs, tag);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
+    if (text !== undefined) e.textContent = text;
+    return e;
+  };
+  const via = (names: string[], program: string | undefined): string => {
+    if (names.length === 0) return '';
+    const keep = new Set<number>([0, names.length - 1]);
+    const p = program !== undefined ? names.indexOf(program) : -1;
+    if (p >= 0) keep.add(p);
+    const parts: string[] = [];
+    let last = -1;
+    for (const i of [...keep].sort((a, b) => a - b)) {
+      if (i > last + 1) parts.push('…');
+      parts.push(names[i]!);
+      last = i;
+    }
+    return `via ${parts.join(' ← ')}${keep.size < names.length ? ` (${names.length} callers)` : ''}`;
+  };
+
+  /** The in-use total over time with its axes: time in seconds, the total in the sample type's unit; profiles left out of the fit drawn apart. */
+  function growthChart(g: Data['growth'][number]): SVGElement {
+    const w = 640;
+    const h = 200;
+    const m = { left: 72, right: 16, top: 12, bottom: 40 };
+    const maxT = Math.max(...g.times, ...g.others.map((o) => o.time), 1);
+    const maxV = Math.max(...g.totals, ...g.others.map((o) => o.total), 1);
+    const x = (t: number) => m.left + (t / maxT) * (w - m.left - m.right);
+    const y = (v: number) => h - m.bottom - (v / maxV) * (h - m.top - m.bottom);
+    const root = svg('svg', { width: w, height: h, role: 'img', 'aria-label': `${g.type} over time`, class: 'growth-chart' });
+    const xAxis = svg('g', { class: 'axis x-axis' });
+    xAxis.append(svg('line', { x1: m.left, y1: h - m.bottom, x2: w - m.right, y2: h - m.bottom, stroke: '#444' }));
+    for (const t of ticks(maxT / 1000, false)) {
+      xAxis.append(svg('line', { x1: x(t * 1000), y1: h - m.bottom, x2: x(t * 1000), y2: h - m.bottom + 4, stroke: '#444' }));
+      xAxis.append(svg('text', { x: x(t * 1000), y: h - m.bottom + 16, 'text-anchor': 'middle', class: 'tick' }, `${Number(t.toPrecision(6))}`));
+    }
+    xAxis.append(svg('text', { x: (m.left + w - m.right) / 2, y: h - 4, 'text-anchor': 'middle', class: 'axis-label' }, 'seconds since the first profile'));
+    const yAxis = svg('g', { class: 'axis y-axis' });
+    yAxis.append(svg('line', { x1: m.left, y1: m.top, x2: m.left, y2: h - m.bottom, stroke: '#444' }));
+    for (const v of ticks(maxV, g.unit === 'bytes')) {
+      yAxis.append(svg('line', { x1: m.left - 4, y1: y(v), x2: w - m.right, y2: y(v), stroke: v === 0 ? '#444' : '#eee' }));
+      yAxis.append(svg('text', { x: m.left - 6, y: y(v) + 4, 'text-anchor': 'end', class: 'tick' }, fmt(v, g.unit)));
+    }
+    yAxis.append(svg('text', { x: 12, y: (m.top + h - m.bottom) / 2, 'text-anchor': 'middle', transform: `rotate(-90 12 ${(m.top + h - m.bottom) / 2})`, class: 'axis-label' }, `${g.type} (${g.unit})`));
+    root.append(yAxis, xAxis);
+    root.append(svg('polyline', { fill: 'none', stroke: '#c0392b', 'stroke-width': 2, points: g.times.map((t, i) => `${x(t).toFixed(1)},${y(g.totals[i]!).toFixed(1)}`).join(' ') }));
+    g.times.forEach((t, i) => {
+      const c = svg('circle', { cx: x(t).toFixed(1), cy: y(g.totals[i]!).toFixed(1), r: 3, fill: '#c0392b', class: 'point' });
+      c.append(svg('title', {}, `${(t / 1000).toFixed(1)} s: ${fmt(g.totals[i]!, g.unit)}`));
+      root.append(c);
+    });
+    for (const o of g.others) {
+      const c = svg('circle', { cx: x(o.time).toFixed(1), cy: y(o.total).toFixed(1), r: 5, fill: '#fff', stroke: '#2c3e50', 'stroke-width': 2, class: `other ${o.kind}` });
+      c.append(svg('title', {}, `${o.kind} profile ${o.source}, not fitted: ${fmt(o.total, g.unit)}`));
+      root.append(c, svg('text', { x: x(o.time) - 6, y: y(o.total) - 8, 'text-anchor': 'end', class: 'tick' }, `${o.kind}: ${fmt(o.total, g.unit)}`));
+    }
+    return root;
+  }
+
   function drawGrowth(): void {
-    const g = data.growth;
     const section = $('growth-section');
-    if (!g) {
-      section.hidden = true;
+    const box = $('growth-processes');
+    box.textContent = '';
+    $('growth-unfitted').textContent = data.unfitted.length > 0 ? `Not fitted: ${data.unfitted.join('; ')}` : '';
+    if (data.growth.length === 0) {
+      section.hidden = data.unfitted.length === 0;
       return;
     }
     section.hidden = false;
-    const w = 600;
-    const h = 120;
-    const maxT = Math.max(...g.times, 1);
-    const maxV = Math.max(...g.totals, 1);
-    const points = g.times.map((t, i) => `${((t / maxT) * (w - 10) + 5).toFixed(1)},${(h - 5 - (g.totals[i]! / maxV) * (h - 10)).toFixed(1)}`).join(' ');
-    $('growth-chart').innerHTML = `<svg width="${w}" height="${h}" role="img" aria-label="in-use total over time"><polyline fill="none" stroke="#c0392b" stroke-width="2" points="${points}"/></svg>`;
-    $('growth-caption').textContent = `${g.type}: ${fmt(g.totals[0]!, g.unit)} → ${fmt(g.totals[g.totals.length - 1]!, g.unit)} over ${(maxT / 1000).toFixed(1)} s (${g.times.length} profiles)`;
-    const body = $('growth').querySelector('tbody')!;
-    body.textContent = '';
-    for (const f of g.functions) {
-      const max = Math.max(...f.series.map(Math.abs), 1);
-      const sw = 120;
-      const sh = 24;
-      const pts = f.series.map((v, i) => `${((i / Math.max(1, f.series.length - 1)) * (sw - 4) + 2).toFixed(1)},${(sh - 2 - (v / max) * (sh - 4)).toFixed(1)}`).join(' ');
-      const tr = el('tr');
-      const spark = el('td');
-      spark.innerHTML = `<svg width="${sw}" height="${sh}"><polyline fill="none" stroke="#2c3e50" stroke-width="1.5" points="${pts}"/></svg>`;
-      tr.append(
-        el('td', { class: 'num' }, `${fmt(f.perSecond, g.unit)}/s`),
-        el('td', { class: 'num' }, `${fmt(f.low, g.unit)}/s … ${fmt(f.high, g.unit)}/s`),
-        el('td', {}, f.significant ? 'grows' : ''),
-        spark,
-        el('td', { class: 'name' }, f.name),
-      );
-      body.append(tr);
-    }
+    data.growth.forEach((g, gi) => {
+      const id = (name: string) => (gi === 0 ? name : `${name}-${gi + 1}`);
+      const part = el('div', { class: 'growth-process', 'data-process': g.label });
+      part.append(el('h3', {}, `${g.label}${g.command ? ` (${g.command})` : ''}`));
+      const chart = el('div', { id: id('growth-chart') });
+      chart.append(growthChart(g));
+      const maxT = Math.max(...g.times, 1);
+      const others = g.others.map((o) => `; ${o.kind} profile ${fmt(o.total, g.unit)} at ${(o.time / 1000).toFixed(1)} s, not fitted${o.kind === 'exit' ? ' (taken after a full garbage collection; growth --include-exit fits it)' : ''}`).join('');
+      const caption = el('p', { class: 'note', id: id('growth-caption') }, `${g.type}: ${fmt(g.totals[0]!, g.unit)} → ${fmt(g.totals[g.totals.length - 1]!, g.unit)} over ${(maxT / 1000).toFixed(1)} s (${g.times.length} profiles)${others}`);
+      const table = el('table', { class: 'rows', id: id('growth') });
+      table.innerHTML = '<thead><tr><th>slope</th><th>95% interval</th><th></th><th>over time</th><th>where it grows (deepest function carrying the slope, via its callers)</th></tr></thead><tbody></tbody>';
+      const body = table.querySelector('tbody')!;
+      for (const f of g.functions) {
+        const max = Math.max(...f.series.map(Math.abs), 1);
+        const sw = 120;
+        const sh = 24;
+        const pts = f.series.map((v, i) => `${((i / Math.max(1, f.series.length - 1)) * (sw - 4) + 2).toFixed(1)},${(sh - 2 - (v / max) * (sh - 4)).toFixed(1)}`).join(' ');
+        const tr = el('tr');
+        const spark = el('td');
+        spark.innerHTML = `<svg width="${sw}" height="${sh}"><polyline fill="none" stroke="#2c3e50" stroke-width="1.5" points="${pts}"/></svg>`;
+        const name = el('td', { class: 'name' });
+        name.append(el('div', {}, f.name));
+        const callers = via(f.via, f.program);
+        if (callers) name.append(el('div', { class: 'via', title: f.via.join('\n') }, callers));
+        tr.append(
+          el('td', { class: 'num' }, `${fmt(f.perSecond, g.unit)}/s`),
+          el('td', { class: 'num' }, `${fmt(f.low, g.unit)}/s … ${fmt(f.high, g.unit)}/s`),
+          el('td', {}, f.significant ? 'grows' : ''),
+          spark,
+          name,
+        );
+        body.append(tr);
+      }
+      part.append(chart, caption, table);
+      box.append(part);
+    });
   }
 
   // ---- events ----
@@ -412,7 +506,7 @@ export async function reportClient(): Promise<void> {
 
   const profiles = $<HTMLSelectElement>('profile');
   data.profiles.forEach((p, i) => {
-    const o = el('option', { value: String(i) }, `${i + 1}. ${p.source}`) as HTMLOptionElement;
+    const o = el('option', { value: String(i) }, `${i + 1}. ${p.source}${p.pid !== undefined ? ` (pid ${p.pid}${p.kind !== 'periodic' ? `, ${p.kind} profile` : ''})` : ''}`) as HTMLOptionElement;
     if (i === state.profile) o.selected = true;
     profiles.append(o);
   });

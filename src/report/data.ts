@@ -12,24 +12,19 @@
  * sums); what does not change with them (the header, the growth over several profiles) is
  * computed here.
  */
-import { join } from 'node:path';
-
-import { packageRoot } from '../preload/library.js';
 import { isJavaScriptName } from '../symbolize/perfmap.js';
 import { canonical, frameNames, indexProfile, str, toNum, type Profile } from '../profile/model.js';
-import { growth, rowVariance, type GrowthResult } from '../profile/growth.js';
+import { growthSeries, isProfilerScript, processInfo, rowVariance, type ProcessGrowth } from '../profile/growth.js';
 import { parseRssBreakdown } from '../profile/rss.js';
 
-const OWN_SCRIPTS = join(packageRoot, 'dist') + '/';
-
-/** A script of this package (the exit hook, the resident-set measurement): the profiler's work, not the program's. */
-export function isProfilerScript(file: string): boolean {
-  return file.startsWith(OWN_SCRIPTS) || file.startsWith(`file://${OWN_SCRIPTS}`);
-}
+export { isProfilerScript };
 
 export interface ProfileData {
   /** The file (or URL) it came from. */
   source: string;
+  /** What it is (periodic, exit, peak: profile/growth.ts) and the recorded pid. */
+  kind: string;
+  pid?: number;
   timeMs: number;
   durationMs: number;
   period: number;
@@ -51,21 +46,30 @@ export interface ProfileData {
 }
 
 export interface GrowthData {
-  /** ms since the first profile, and the in-use total, per profile. */
+  /** The process (`pid 4242`) and its command line when recorded. */
+  label: string;
+  command?: string;
+  /** ms since the first fitted profile, and the in-use total, per fitted profile. */
   times: number[];
   totals: number[];
   type: string;
   unit: string;
-  /** The functions whose cumulative figure grew fastest: slope per second, its 95 % interval,
-   * whether it grows beyond sampling noise, and its figure per profile. */
-  functions: { name: string; perSecond: number; low: number; high: number; significant: boolean; series: number[] }[];
+  /** Where memory grows (profile/growth.ts's chains), fastest first: the deepest function
+   * carrying a slope and the callers with the same slope (innermost first), the slope per
+   * second, its 95 % interval, whether it grows beyond sampling noise, its figure per profile. */
+  functions: { name: string; via: string[]; program?: string; perSecond: number; low: number; high: number; significant: boolean; series: number[] }[];
+  /** Profiles of the process left out of the fit (the exit profile, a peak profile): ms since the first fitted one, in-use total. */
+  others: { source: string; kind: string; time: number; total: number }[];
 }
 
 export interface ReportData {
   title: string;
   generator: string;
   profiles: ProfileData[];
-  growth?: GrowthData;
+  /** One analysis per process with two profiles or more to fit (none for a single profile). */
+  growth: GrowthData[];
+  /** Processes among the profiles that could not be fitted, with the reason. */
+  unfitted: string[];
 }
 
 const HEAP_TYPES = ['inuse_space', 'inuse_objects', 'alloc_space', 'alloc_objects'];
@@ -241,8 +245,11 @@ export function profileData(p: Profile, source: string): ProfileData {
   let defaultType = sampleTypes.findIndex((t) => t.type === named);
   if (defaultType < 0) defaultType = sampleTypes.findIndex((t) => t.type === 'inuse_space' || t.type === 'space');
   if (defaultType < 0) defaultType = sampleTypes.length - 1;
+  const info = processInfo(p);
   return {
     source,
+    kind: info.kind,
+    ...(info.pid !== undefined ? { pid: info.pid } : {}),
     timeMs: toNum(p.timeNanos) / 1e6,
     durationMs: toNum(p.durationNanos) / 1e6,
     period: toNum(p.period),
@@ -258,47 +265,48 @@ export function profileData(p: Profile, source: string): ProfileData {
   };
 }
 
-/** Cumulative figure of each function (each once per sample) for one sample type. */
-function cumulative(d: ProfileData, type: number): Map<string, number> {
-  const out = new Map<string, number>();
-  const seen = new Set<string>();
-  const values = d.samples.values[type]!;
-  d.samples.node.forEach((leaf, i) => {
-    seen.clear();
-    for (let n = leaf; n > 0; n = d.nodes.parent[n]!) {
-      const name = d.frames.name[d.nodes.frame[n]!]!;
-      if (seen.has(name)) continue;
-      seen.add(name);
-      out.set(name, (out.get(name) ?? 0) + values[i]!);
-    }
-  });
-  return out;
-}
-
 /**
- * Growth over profiles of one process in time order (profile/growth.ts: slopes with intervals
- * that account for sampling noise), with each listed function's figure per profile for its
- * sparkline; undefined when the profiles cannot be put in time order.
+ * Growth for each process among the profiles (profile/growth.ts: grouped by recorded pid,
+ * the exit profile shown but not fitted; slopes with intervals that account for sampling
+ * noise); processes whose profiles cannot be fitted are named in `unfitted`.
  */
-function growthOf(profiles: { profile: Profile; source: string }[], data: ProfileData[]): GrowthData | undefined {
-  if (profiles.length < 2) return undefined;
-  let g: GrowthResult;
+function growthOf(profiles: { profile: Profile; source: string }[]): { growth: GrowthData[]; unfitted: string[] } {
+  if (profiles.length < 2) return { growth: [], unfitted: [] };
+  let series: ProcessGrowth[];
   try {
-    g = growth(profiles.map(({ profile, source }) => ({ profile, name: source })));
-  } catch {
-    return undefined;
+    series = growthSeries(profiles.map(({ profile, source }) => ({ profile, name: source })));
+  } catch (e) {
+    return { growth: [], unfitted: [e instanceof Error ? e.message : String(e)] };
   }
-  const index = (d: ProfileData) => d.sampleTypes.findIndex((t) => t.type === g.sampleType);
-  const cums = data.map((d) => cumulative(d, index(d)));
-  const functions = g.functions.slice(0, 15).map((f) => ({
-    name: f.name,
-    perSecond: f.bytesPerSecond,
-    low: f.low,
-    high: f.high,
-    significant: f.significant,
-    series: cums.map((c) => c.get(f.name) ?? 0),
-  }));
-  return { times: g.times.map((t) => t * 1000), totals: g.totals, type: g.sampleType, unit: g.unit, functions };
+  const growth: GrowthData[] = [];
+  const unfitted: string[] = [];
+  for (const pg of series) {
+    const g = pg.result;
+    if (!g) {
+      if (profiles.length > 1) unfitted.push(`${pg.label}: ${pg.reason}`);
+      continue;
+    }
+    growth.push({
+      label: pg.label,
+      ...(pg.command !== undefined ? { command: pg.command } : {}),
+      times: g.times.map((t) => t * 1000),
+      totals: g.totals,
+      type: g.sampleType,
+      unit: g.unit,
+      functions: g.chains.slice(0, 15).map((f) => ({
+        name: f.name,
+        via: f.via,
+        ...(f.programFunction !== undefined ? { program: f.programFunction } : {}),
+        perSecond: f.bytesPerSecond,
+        low: f.low,
+        high: f.high,
+        significant: f.significant,
+        series: f.series,
+      })),
+      others: pg.profiles.filter((p) => !p.fitted).map((p) => ({ source: p.name, kind: p.kind, time: p.time * 1000, total: p.total })),
+    });
+  }
+  return { growth, unfitted };
 }
 
 /** The report's data: profiles in time order, and growth when there are several. */
@@ -306,8 +314,7 @@ export function reportData(profiles: { profile: Profile; source: string }[], gen
   const ordered = [...profiles].sort((a, b) => toNum(a.profile.timeNanos) - toNum(b.profile.timeNanos));
   const data = ordered.map(({ profile, source }) => profileData(profile, source));
   const title = data.length === 1 ? data[0]!.source : `${data.length} profiles`;
-  const g = growthOf(ordered, data);
-  return { title, generator, profiles: data, ...(g ? { growth: g } : {}) };
+  return { title, generator, profiles: data, ...growthOf(ordered) };
 }
 
 export { HEAP_TYPES };

@@ -36,6 +36,13 @@ td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 td.name{font-family:ui-monospace,monospace;word-break:break-all}
 #search{width:260px}
 #search-result{margin-left:8px;font-weight:600}
+#search-result.error{color:#b00020}
+table.rows th[aria-sort]{background:#e4ecf7}
+td.name .via{color:#555;font-size:11px}
+svg.growth-chart{font:11px system-ui,sans-serif;overflow:visible}
+svg.growth-chart .axis-label{fill:#333}
+svg.growth-chart .tick{fill:#555}
+h3{font-size:13px;margin:12px 0 4px}
 .note{color:#666}
 `;
 
@@ -49,7 +56,7 @@ const BODY = `
 <div id="controls">
 <label id="profile-picker">profile <select id="profile"></select></label>
 <label>sample type <select id="type"></select></label>
-<label>search <input id="search" type="search" placeholder="function name or regular expression"></label><span id="search-result"></span>
+<label>search <input id="search" type="search" placeholder="function, file:line or regular expression"></label><span id="search-result"></span>
 <button id="reset-zoom" type="button">reset zoom</button>
 <div id="filters"></div>
 </div>
@@ -65,10 +72,9 @@ const BODY = `
 <table class="rows" id="top"><thead><tr><th data-sort="flat">flat</th><th>flat%</th><th data-sort="cum">cum</th><th>cum%</th><th data-sort="name">function</th></tr></thead><tbody></tbody></table>
 <section id="growth-section" hidden>
 <h2>Growth over the profiles</h2>
-<div id="growth-chart"></div>
-<p class="note" id="growth-caption"></p>
-<table class="rows" id="growth"><thead><tr><th>slope</th><th>95% interval</th><th></th><th>over time</th><th>function (cumulative)</th></tr></thead><tbody></tbody></table>
-<p class="note">Least-squares slope of each function's cumulative figure across the profiles, in time order, with an interval that accounts for sampling noise (as <code>mimalloc-pprof growth</code>); "grows" when the whole interval is above 0.</p>
+<p class="note">One analysis per process (profiles grouped by their recorded pid). Each row is where memory grows: the deepest function that carries a slope, via the callers with the same slope, with the least-squares slope across the profiles in time order and an interval that accounts for sampling noise (as <code>mimalloc-pprof growth</code>); "grows" when the whole interval is above 0. The exit profile (taken after a full garbage collection) is drawn apart and not fitted.</p>
+<div id="growth-processes"></div>
+<p class="note" id="growth-unfitted"></p>
 </section>
 </main>
 `;
