@@ -475,6 +475,18 @@ static bool is_interruptible(int sig) {
   return sig >= 1 && sig <= 64 && (atomic_load_explicit(&interruptible, memory_order_relaxed) >> (sig - 1) & 1);
 }
 
+/* sigaction(sig) with handler, the signal itself blocked in it or not, and flags: the old
+ * handler, or SIG_ERR. */
+static sighandler_t set_disposition(int sig, sighandler_t handler, bool block_self, int flags) {
+  struct sigaction act, old;
+  memset(&act, 0, sizeof(act));
+  act.sa_handler = handler;
+  sigemptyset(&act.sa_mask);
+  if (block_self && sig > 0 && sig < NSIG) sigaddset(&act.sa_mask, sig);
+  act.sa_flags = flags;
+  return sigaction(sig, &act, &old) != 0 ? SIG_ERR : old.sa_handler;
+}
+
 /* glibc's __bsd_signal, for a signal answered for here: the signal blocked in its handler,
  * calls restarted unless siginterrupt made the signal interrupt them. */
 static sighandler_t bsd_signal_here(int sig, sighandler_t handler) {
@@ -482,26 +494,11 @@ static sighandler_t bsd_signal_here(int sig, sighandler_t handler) {
     errno = EINVAL;
     return SIG_ERR;
   }
-  struct sigaction act, old;
-  memset(&act, 0, sizeof(act));
-  act.sa_handler = handler;
-  sigemptyset(&act.sa_mask);
-  sigaddset(&act.sa_mask, sig);
-  act.sa_flags = is_interruptible(sig) ? 0 : SA_RESTART;
-  if (sigaction(sig, &act, &old) != 0) return SIG_ERR;
-  return old.sa_handler;
+  return set_disposition(sig, handler, true, is_interruptible(sig) ? 0 : SA_RESTART);
 }
 
 static sighandler_t bsd_signal_any(int sig, sighandler_t handler) {
-  if (test_hook(OLD_SIGNAL)) {
-    struct sigaction act, old;
-    memset(&act, 0, sizeof(act));
-    act.sa_handler = handler;
-    sigemptyset(&act.sa_mask);
-    if (sig > 0 && sig < NSIG) sigaddset(&act.sa_mask, sig);
-    act.sa_flags = SA_RESTART;
-    return sigaction(sig, &act, &old) != 0 ? SIG_ERR : old.sa_handler;
-  }
+  if (test_hook(OLD_SIGNAL)) return set_disposition(sig, handler, true, SA_RESTART);
   if (managed_slot(sig) >= 0) return bsd_signal_here(sig, handler);
   set_fn next = NEXT(next_bsd_signal, "bsd_signal");
   if (next == NULL) { /* no glibc definition found: its semantics, here (siginterrupt's set is ours) */
@@ -526,13 +523,7 @@ static sighandler_t sysv_signal_any(int sig, sighandler_t handler) {
     errno = EINVAL;
     return SIG_ERR;
   }
-  struct sigaction act, old;
-  memset(&act, 0, sizeof(act));
-  act.sa_handler = handler;
-  sigemptyset(&act.sa_mask);
-  act.sa_flags = (SA_RESETHAND | SA_NODEFER | SA_INTERRUPT) & ~SA_RESTART;
-  if (sigaction(sig, &act, &old) != 0) return SIG_ERR;
-  return old.sa_handler;
+  return set_disposition(sig, handler, false, (SA_RESETHAND | SA_NODEFER | SA_INTERRUPT) & ~SA_RESTART);
 }
 
 __attribute__((visibility("default"))) sighandler_t sysv_signal(int sig, sighandler_t handler) { return sysv_signal_any(sig, handler); }
