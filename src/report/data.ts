@@ -15,6 +15,7 @@
 import { isJavaScriptName } from '../symbolize/perfmap.js';
 import { canonical, frameNames, indexProfile, str, toNum, type Profile } from '../profile/model.js';
 import { growthSeries, isProfilerScript, processInfo, rowVariance, type ProcessGrowth } from '../profile/growth.js';
+import { AT_THE_PEAK } from '../profile/peak.js';
 import { parseRssBreakdown } from '../profile/rss.js';
 
 export { isProfilerScript };
@@ -106,12 +107,16 @@ function headerOf(p: Profile, comments: string[], source: string): [string, stri
       ['other', rss.other],
     ];
     rows.push(['resident set by part', parts.filter(([, v]) => v !== undefined).map(([k, v]) => `${k} ${bytes(v!)}`).join(', ')]);
+    // the parts are never negative (profile/rss.ts): what they would have been below 0 is said
+    if (rss.overcount) rows.push(['parts beyond the resident set', `${bytes(rss.overcount)} (counted by more than one part; other shown as 0)`]);
+    if (rss.nativeNotResident) rows.push(['native in use not resident', `${bytes(rss.nativeNotResident)} (the estimate above mimalloc's resident memory; overhead shown as 0)`]);
   } else {
     const se = standardError(p);
     if (se !== undefined) rows.push(['estimate\'s standard error', `${bytes(se)} (of the in-use total, from the samples)`]);
   }
   for (const c of comments) {
     if (c.startsWith('heap=js: ')) rows.push(['JavaScript heap', c.slice('heap=js: '.length)]);
+    if (c.startsWith(AT_THE_PEAK)) rows.push(['at the peak', c.slice(AT_THE_PEAK.length)]);
   }
   return rows;
 }
