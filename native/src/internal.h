@@ -106,6 +106,10 @@ size_t mp_fmt_u64(char* buf, uint64_t v);            /* decimal, returns length,
 size_t mp_fmt_hex(char* buf, uint64_t v);            /* lowercase, no 0x, no NUL */
 size_t mp_strlen(const char* s);
 uint64_t mp_peak_rss(void); /* VmHWM in bytes, 0 when unknown */
+/* When this process began, in unix ms: the library's load (a fork child: the fork). With the
+ * pid, it names the process in every profile (start_time=), so that a reused pid is another. */
+extern uint64_t mp_process_start_ms;
+void mp_note_process_start(void);
 void mp_write_stderr(const char* msg);              /* "mimalloc-pprof: " prefix added */
 /* The layout of a caller's versioned struct, whose first two fields are uint32_t size and
  * version: 2 the current one (`size_now` bytes), 1 the one without the version-2 fields

@@ -193,6 +193,7 @@ __attribute__((constructor)) static void mp_load(void) {
     mp_env.dump_at_exit[0] = 0;
   }
   mp_thread_set_ordinal(0);
+  mp_note_process_start();
   mp_stack_learn_bounds();
   mp_thread_init();
   mp_interpose_init();

@@ -51,6 +51,7 @@ static void fork_parent(void) {
 }
 
 static void fork_child(void) {
+  mp_note_process_start();
   mp_resident_fork_child();
   mp_events_fork_child();
   mp_table_child_reinit();

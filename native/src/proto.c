@@ -443,6 +443,7 @@ void mp_write_proto(mp_out_t* out, const mp_snapshot_t* snap) {
   len = mp_kv(line, len, " live_samples=", (int64_t)snap->stats.live_samples, false);
   len = mp_kv(line, len, " pid=", (int64_t)getpid(), false); /* its perf map, for naming later */
   len = mp_kv(line, len, " peak_rss=", (int64_t)mp_peak_rss(), false);
+  len = mp_kv(line, len, " start_time=", (int64_t)mp_process_start_ms, false); /* with the pid: the process */
   pb_out_ld(out, 6, line, len);
   if (snap->stats.memory_events) {
     len = mp_kv(line, 0, "exact_live_bytes=", snap->stats.exact_live_bytes, true);

@@ -81,6 +81,7 @@ void mp_write_text(mp_out_t* out, const mp_snapshot_t* snap) {
   out_stat(out, "sample_interval", s->sample_interval);
   out_stat(out, "pid", (uint64_t)getpid()); /* its perf map, for naming later */
   out_stat(out, "peak_rss", mp_peak_rss());
+  out_stat(out, "start_time", mp_process_start_ms);
   out_stat(out, "live_samples", s->live_samples);
   out_stat(out, "estimated_live_bytes", (uint64_t)(s->estimated_live_bytes + 0.5));
   out_stat(out, "estimated_live_objects", (uint64_t)(s->estimated_live_objects + 0.5));

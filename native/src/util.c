@@ -280,6 +280,14 @@ void mp_out_hex(mp_out_t* out, uint64_t v) {
 /* The process's peak resident set (VmHWM in /proc/self/status), in bytes; 0 when unknown.
  * Read without allocating: it goes into dumps, which run compares across processes. Raw system
  * calls: no cancellation point even outside a dump's bracket. */
+uint64_t mp_process_start_ms;
+
+void mp_note_process_start(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  mp_process_start_ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 uint64_t mp_peak_rss(void) {
   int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/status", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;

@@ -78,6 +78,9 @@ describe('a Node program: JavaScript functions named inside native stacks', () =
       profile.comment.map((c) => str(c)).some((c) => /^mimalloc-pprof \d+\.\d+\.\d+ run: interval=16384 seed=9 pid=\d+$/.test(c)),
       'a comment names the tool version, interval and seed',
     );
+    // the process: its pid and when it began (a reused pid is another process for growth)
+    const started = profile.comment.map((c) => str(c)).map((c) => /\bpid=\d+ .*\bstart_time=(\d+)/.exec(c)?.[1]).find((x) => x !== undefined);
+    assert.ok(started !== undefined && Math.abs(Number(started) - Date.now()) < 3_600_000, `no start_time= near now: ${started}`);
     assert.deepEqual(
       profile.sampleType.map((t) => str(t.type)),
       ['alloc_objects', 'alloc_space', 'inuse_objects', 'inuse_space'],
