@@ -359,8 +359,11 @@ export function growth(profiles: { profile: Profile; name: string }[], sampleTyp
  * others hold is not growing; stop otherwise. Where no caller carries the slope because the
  * runtime reached the same JavaScript function by several native paths (V8 calls an API
  * callback one way from interpreted code and another from optimised code), the callers are
- * compared at the nearest JavaScript frame instead, and the chain goes on from there (its
- * via shows the native frames of the path that holds the most). A set that does not grow
+ * compared at the nearest JavaScript frame instead, or else at the first JavaScript function
+ * up the heaviest path, no further than its first function of the program's own, whose
+ * samples carry the set alone (the paths differ further up where V8 inlined a function on one
+ * of them), and the chain goes on from there (its via shows the
+ * native frames of the path that holds the most). A set that does not grow
  * significantly follows only callers that all its samples share (a chain of identical
  * figures).
  */
@@ -434,6 +437,23 @@ function chainRows(flatSets: Map<string, Row[]>, n: number, fitter: Fitter, row:
       });
       const js = carriers(s, fit, atJs.parts);
       if (js.length === 1 || (js.length > 0 && follow.length === 0)) follow = js;
+    }
+    if (follow.length !== 1) {
+      // the paths may differ in more than their nearest JavaScript frame (a function inlined
+      // on one of them): the first JavaScript function up the heaviest path, up to its first
+      // function of the program's own, whose samples carry the set alone joins them there.
+      // Not past that function: paths that differ in the program's own code are two leaks.
+      const heaviest = items.reduce((a, b) => (b.r.y > a.r.y ? b : a));
+      for (let i = heaviest.pos; i < heaviest.r.keys.length; i++) {
+        const k = heaviest.r.keys[i]!;
+        if (!javascript(k)) continue;
+        const through = carriers(s, fit, partition(items, (it) => it.r.keys.indexOf(k, it.pos)).parts);
+        if (through.length === 1) {
+          follow = through;
+          break;
+        }
+        if (program(k)) break;
+      }
     }
     if (follow.length > 0) {
       for (const x of follow) walk(x.items, [...via, ...x.adds], x.s, x.f);

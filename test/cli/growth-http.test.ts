@@ -1,5 +1,5 @@
 /**
- * End to end (issue 29, item 1): a small leaking HTTP service of our own
+ * End to end (issue 29, item 1; the harness: growth-e2e.ts): a small leaking HTTP service of our own
  * (fixtures/leaky-http.mjs: node:http, every request to /item keeps a 16 KiB Buffer in a
  * module-level array, in rememberRequest) under `run --every 1s` at the default sampling
  * interval, driven by this test with about 250 requests a second over keep-alive for 11 s;
@@ -14,93 +14,45 @@
  * Control: the same check on the cumulative ranking (growth's ranking before issue 29) fails:
  * its first rows are root frames with the same slope.
  */
-import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
-import { readdirSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { root, tempDir } from '../helpers.js';
+import { root } from '../helpers.js';
+import { growthEndToEnd } from './growth-e2e.js';
 
-const cli = join(root, 'dist', 'src', 'cli', 'bin.js');
-const app = join(root, 'test', 'cli', 'fixtures', 'leaky-http.mjs');
-const env = () => Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'LD_PRELOAD' && !k.startsWith('MIMALLOC_') && k !== 'NODE_OPTIONS'));
-const KEPT = 16 << 10;
 const RATE = 250; // requests a second: about 86 sampled blocks over the run at the default interval (q = 0.031), a standard error near 11 %
-const DRIVE_SECONDS = 11;
-
-interface Row {
-  name: string;
-  via?: string[];
-  programFunction?: string;
-  bytesPerSecond: number;
-  low: number;
-  high: number;
-  significant: boolean;
-}
+const SECONDS = 11;
 
 test('a leaking node:http service under run --every 1s: growth\'s first 3 rows name the leaking function with file:line at its rate (±30 %)', async () => {
-  const dir = tempDir('mpp-growth-http-');
-  try {
-    const child = spawn(process.execPath, [cli, 'run', '--every', '1s', '--top', '0', '--out', 'app.pb.gz', '--', process.execPath, app, String(DRIVE_SECONDS + 2)], {
-      cwd: dir,
-      env: env(),
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stderr = '';
-    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-    let buffered = '';
-    const port = await new Promise<number>((resolve, reject) => {
-      child.stdout.on('data', (d: Buffer) => {
-        buffered += d.toString();
-        const m = /^(\d+)\n/.exec(buffered);
-        if (m) resolve(Number(m[1]));
-      });
-      void exited.then(() => reject(new Error(`the service ended before listening: ${stderr}`)));
-    });
-    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
-    const get = () =>
-      new Promise<void>((resolve, reject) => {
-        http
-          .get({ host: '127.0.0.1', port, path: '/item', agent }, (res) => {
-            res.resume();
-            res.on('end', resolve);
-          })
-          .on('error', reject);
-      });
-    const started = Date.now();
-    let answered = 0;
-    while (Date.now() - started < DRIVE_SECONDS * 1000) {
-      const due = started + (answered * 1000) / RATE;
-      if (Date.now() < due) await new Promise((r) => setTimeout(r, due - Date.now()));
-      await get();
-      answered++;
-    }
-    const truth = (answered * KEPT * 1000) / (Date.now() - started);
-    agent.destroy();
-    assert.equal(await exited, 0, stderr);
-
-    const series = readdirSync(dir)
-      .filter((f) => /^app\.\d+\.\d+\.pb\.gz$/.test(f))
-      .map((f) => join(dir, f));
-    assert.ok(series.length >= 10, `${series.length} periodic profiles`);
-    const g = spawnSync(process.execPath, [cli, 'growth', '--json', ...series], { env: env(), encoding: 'utf8', timeout: 60_000 });
-    assert.equal(g.status, 0, g.stderr);
-    const out = JSON.parse(g.stdout) as { chains: Row[]; functions: Row[] };
-    const key = new RegExp(`^rememberRequest ${app.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:9$`);
-    const names = (r: Row) => key.test(r.name) || (r.via ?? []).some((v) => key.test(v));
-    const shown = (rows: Row[]) => JSON.stringify(rows.slice(0, 3).map((r) => [r.name, r.bytesPerSecond, (r.via ?? []).slice(0, 8)]));
-    const row = out.chains.slice(0, 3).find(names);
-    console.log(`# ${answered} requests in ${DRIVE_SECONDS} s: true rate ${(truth / 1048576).toFixed(3)} MiB/s; growth's row: ${row ? `${(row.bytesPerSecond / 1048576).toFixed(3)} MiB/s [${(row.low / 1048576).toFixed(3)}, ${(row.high / 1048576).toFixed(3)}]` : 'none'}`);
-    assert.ok(row, `rememberRequest is not in the first 3 rows: ${shown(out.chains)}`);
-    assert.ok(key.test(row.programFunction ?? ''), JSON.stringify(row.programFunction));
-    assert.ok(row.significant, JSON.stringify(row));
-    assert.ok(Math.abs(row.bytesPerSecond - truth) <= 0.3 * truth, `slope ${row.bytesPerSecond} against ${truth}`);
-    // control: the cumulative ranking (who is on the stack) does not pass the same check
-    assert.ok(!out.functions.slice(0, 3).some(names), `control: the cumulative ranking named it: ${shown(out.functions)}`);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  await growthEndToEnd({
+    app: join(root, 'test', 'cli', 'fixtures', 'leaky-http.mjs'),
+    fn: 'rememberRequest',
+    line: 9,
+    kept: 16 << 10,
+    seconds: SECONDS,
+    drive: async (port) => {
+      const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+      const get = () =>
+        new Promise<void>((resolve, reject) => {
+          http
+            .get({ host: '127.0.0.1', port, path: '/item', agent }, (res) => {
+              res.resume();
+              res.on('end', resolve);
+            })
+            .on('error', reject);
+        });
+      const started = Date.now();
+      let answered = 0;
+      while (Date.now() - started < SECONDS * 1000) {
+        const due = started + (answered * 1000) / RATE;
+        if (Date.now() < due) await new Promise((r) => setTimeout(r, due - Date.now()));
+        await get();
+        answered++;
+      }
+      const seconds = (Date.now() - started) / 1000;
+      agent.destroy();
+      return { answered, seconds };
+    },
+  });
 });

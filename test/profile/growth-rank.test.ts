@@ -169,6 +169,58 @@ test('a leak under thirty root frames: first three rows of where memory grows, s
   assert.equal(cumulativeFirst, 0, 'control: the cumulative ranking should bury the leak under root frames');
 });
 
+/**
+ * One leak reached by two native paths that differ in more than their nearest JavaScript frame
+ * (V8 inlined createUnsafeBuffer into alloc on its optimised path): 1 MiB/s each way, which
+ * meet at alloc and rememberRequest. `joined` false gives the optimised path functions of its
+ * own above the allocator (another alloc, a rememberRequest in another file): nothing joins
+ * the two paths, as for two leaks.
+ */
+function splitLeakSeries(seed: number, joined = true) {
+  const random = rng(seed);
+  const sampled = (size: number) => random() < q(size);
+  let viaApi = 0;
+  let inlined = 0;
+  const out = [];
+  for (let t = 0; t <= 8; t++) {
+    if (t > 0) {
+      if (sampled(MiB)) viaApi++;
+      if (sampled(MiB)) inlined++;
+    }
+    const tail = [LEAK, 'JS:(anonymous) /srv/app/server.mjs:15', ...ROOTS];
+    const otherTail = ['JS:rememberRequest /srv/app/other.mjs:9', 'JS:(anonymous) /srv/app/other.mjs:15', ...ROOTS];
+    const p = jsify(
+      makeProfile({
+        types: HEAP_TYPES,
+        period: R,
+        samples: [
+          ...(viaApi > 0 ? [{ stack: [ALLOCATOR, 'node::Buffer::CreateUnsafeArrayBuffer', 'Builtins_CallApiCallback', 'JS:createUnsafeBuffer node:internal/buffer:1056', 'JS:alloc node:buffer:389', ...tail], values: row(viaApi, viaApi, MiB) }] : []),
+          ...(inlined > 0 ? [{ stack: [ALLOCATOR, 'v8::internal::BackingStore::Allocate', 'Builtins_ArrayBufferConstructor', ...(joined ? ['JS:alloc node:buffer:389', ...tail] : ['JS:allocOther node:buffer:400', ...otherTail])], values: row(inlined, inlined, MiB) }] : []),
+          { stack: ['operator new', 'JS:refillCache /srv/app/cache.mjs:3', ...ROOTS], values: row(10, 10, BLOCK) },
+        ],
+      }),
+    );
+    p.timeNanos = BigInt(1_700_000_000 + t) * 1_000_000_000n;
+    out.push({ profile: p, name: `t${t}` });
+  }
+  return out;
+}
+
+test('one leak reached by two paths that differ beyond their nearest JavaScript frame is one row at its whole rate (20 seeds); control: paths that share no function above split it', () => {
+  let covered = 0;
+  for (let seed = 1; seed <= 20; seed++) {
+    const g = growth(splitLeakSeries(seed));
+    const rows = g.chains.filter(namesLeak);
+    assert.equal(rows.length, 1, `seed ${seed}: ${JSON.stringify(g.chains.map((r) => [r.name, r.bytesPerSecond, r.via.slice(0, 6)]))}`);
+    assert.ok(g.chains.slice(0, 3).includes(rows[0]!));
+    if (rows[0]!.low <= 2 * MiB && 2 * MiB <= rows[0]!.high) covered++;
+  }
+  assert.ok(covered >= 17, `the whole rate was inside the interval ${covered} times of 20`);
+  // control: where nothing joins the two paths, the same count finds two rows
+  const split = growth(splitLeakSeries(1, false)).chains.filter((r) => (r.via ?? []).some((v) => v.startsWith('rememberRequest ')));
+  assert.equal(split.length, 2, `control: ${JSON.stringify(split.map((r) => [r.name, r.bytesPerSecond]))}`);
+});
+
 test('the chain interval is the one growth computes for the same samples (the math is shared, not re-derived)', () => {
   const g = growth(leakSeries(3));
   const chain = g.chains.find(namesLeak)!;
