@@ -438,23 +438,23 @@ function chainRows(flatSets: Map<string, Row[]>, n: number, fitter: Fitter, row:
       const js = carriers(s, fit, atJs.parts);
       if (js.length === 1 || (js.length > 0 && follow.length === 0)) follow = js;
     }
-    if (follow.length !== 1) {
-      // the paths may differ in more than their nearest JavaScript frame (a function inlined
-      // on one of them): the first JavaScript function up the heaviest path, up to its first
-      // function of the program's own, whose samples carry the set alone joins them there.
-      // Not past that function: paths that differ in the program's own code are two leaks.
-      const heaviest = items.reduce((a, b) => (b.r.y > a.r.y ? b : a));
-      for (let i = heaviest.pos; i < heaviest.r.keys.length; i++) {
-        const k = heaviest.r.keys[i]!;
-        if (!javascript(k)) continue;
-        const through = carriers(s, fit, partition(items, (it) => it.r.keys.indexOf(k, it.pos)).parts);
-        if (through.length === 1) {
-          follow = through;
-          break;
-        }
-        if (program(k)) break;
-      }
+    // The paths may differ in more than their nearest JavaScript frame (a function V8 inlined
+    // on one of them, or reached through another builtin): the JavaScript functions up the
+    // heaviest path, no further than its first function of the program's own, that carry the
+    // set alone are where they join, and the one that holds the most of it is followed when
+    // it holds more than the part followed so far (which left the rest, too small to carry
+    // anything by itself, out of the row). Not past the program's first function: paths that
+    // differ in the program's own code are two leaks.
+    const heaviest = items.reduce((a, b) => (b.r.y > a.r.y ? b : a));
+    let joined: Part | undefined;
+    for (let i = heaviest.pos; i < heaviest.r.keys.length; i++) {
+      const k = heaviest.r.keys[i]!;
+      if (!javascript(k)) continue;
+      const through = carriers(s, fit, partition(items, (it) => it.r.keys.indexOf(k, it.pos)).parts);
+      if (through.length === 1 && (joined === undefined || through[0]!.f.slope > joined.f.slope)) joined = through[0]!;
+      if (program(k)) break;
     }
+    if (joined !== undefined && (follow.length !== 1 || joined.f.slope > follow[0]!.f.slope)) follow = [joined];
     if (follow.length > 0) {
       for (const x of follow) walk(x.items, [...via, ...x.adds], x.s, x.f);
       return;
