@@ -22,23 +22,11 @@ import { test } from 'node:test';
 
 import { growth, growthSeries, type GrowthRow } from '../../src/profile/growth.js';
 import type { Profile } from '../../src/profile/model.js';
-import { HEAP_TYPES, makeProfile } from './util.js';
+import { HEAP_TYPES, makeProfile, rng } from './util.js';
 
 const R = 512 * 1024;
 const BLOCK = 64 * 1024;
 const MiB = 1 << 20;
-
-function rng(seed: number): () => number {
-  let s = seed >>> 0 || 1;
-  return () => {
-    s ^= s << 13;
-    s >>>= 0;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    s >>>= 0;
-    return s / 2 ** 32;
-  };
-}
 
 /** Frames written `JS:name file:line` become JavaScript functions as run names them (perf map). */
 function jsify(p: Profile): Profile {

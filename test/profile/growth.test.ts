@@ -13,23 +13,11 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import { growth } from '../../src/profile/growth.js';
-import { HEAP_TYPES, makeProfile } from './util.js';
+import { HEAP_TYPES, makeProfile, rng } from './util.js';
 
 const R = 512 * 1024;
 const BLOCK = 64 * 1024;
 const MiB = 1 << 20;
-
-function rng(seed: number): () => number {
-  let s = seed >>> 0 || 1;
-  return () => {
-    s ^= s << 13;
-    s >>>= 0;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    s >>>= 0;
-    return s / 2 ** 32;
-  };
-}
 
 /**
  * Nine profiles, one a second, with in-use and allocated figures, of a process where `leaky`
