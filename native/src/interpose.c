@@ -31,14 +31,18 @@
 #define EXPORT __attribute__((visibility("default")))
 #define RA __builtin_return_address(0)
 
-/* countdown -= n; true unless that borrowed or reached zero. One subtract on the TLS slot
- * and one branch: the compiler would otherwise load, copy, store and compare. */
+/* countdown -= n; true unless that borrowed, reached zero, or left bit 63 set (a countdown
+ * that a signal handler's siglongjmp left wrapped between an earlier subtraction and its slow
+ * path would else never borrow again; the slow path draws anew, sampler.c decide). One
+ * subtract on the TLS slot and two branches: the compiler would otherwise load, copy, store
+ * and compare. */
 static inline __attribute__((always_inline)) bool take(size_t n) {
 #if defined(__x86_64__) && defined(__GNUC__)
   /* mp_tls.countdown is the first member; its TLS offset comes from the GOT (initial-exec). */
   __asm__ goto("movq mp_tls@gottpoff(%%rip), %%r11\n\t"
                "subq %0, %%fs:(%%r11)\n\t"
-               "jbe %l[slow]"
+               "jbe %l[slow]\n\t"
+               "js %l[slow]"
                : /* no outputs */
                : "r"(n)
                : "cc", "memory", "r11"
@@ -49,7 +53,7 @@ slow:
 #else
   uint64_t c = mp_tls.countdown;
   mp_tls.countdown = c - n;
-  return mp_likely(c > n);
+  return mp_likely(c > n && c - n <= MP_COUNTDOWN_MAX);
 #endif
 }
 
@@ -216,7 +220,7 @@ EXPORT void* calloc(size_t count, size_t size) {
 
 static inline void* realloc_impl(void* p, size_t n, void* ra) {
   uint64_t c = mp_tls.countdown;
-  if (mp_likely(p != NULL && n != 0 && c > n && !filtered(p))) {
+  if (mp_likely(p != NULL && n != 0 && c > n && c <= MP_COUNTDOWN_MAX && !filtered(p))) {
     mp_tls.countdown = c - n;
     return mi_realloc(p, n);
   }

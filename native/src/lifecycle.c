@@ -225,5 +225,5 @@ __attribute__((constructor)) static void mp_load(void) {
   if (atomic_load(&mp_state.running)) mp_every_start();
   mp_mark_loaded();
   die_with_run();
-  if (mp_env.dump_at_exit[0] != 0) mp_signals_install();
+  mp_signals_install(mp_env.dump_at_exit[0] != 0);
 }

@@ -60,6 +60,7 @@ static void fork_child(void) {
   mp_lock_reset(&mp_api_lock);
   mp_lock_reset(&mp_loader_lock);
   mp_locks_forget();
+  mp_signals_child_forget();
   mp_tls.deferred_signal = 0; /* it was sent to the parent */
   mp_tls.tid = 0;             /* the child is another thread of another process */
   mp_unwind_child_reinit();

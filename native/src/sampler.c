@@ -109,6 +109,7 @@ static bool decide(mp_thread_t* t, uint64_t left, size_t size) {
     left = MP_CHECK_PERIOD;
   } else {
     uint32_t generation = atomic_load_explicit(&mp_state.generation, memory_order_relaxed);
+    if (mp_unlikely(left > MP_COUNTDOWN_MAX)) left = draw(t); /* left wrapped by a jump (signals.h): drawn anew */
     if (t->generation != generation) {
       rearm(t, generation);
       left = draw(t);
@@ -495,7 +496,6 @@ static mp_noinline void free_watched(void* p, bool events);
  * the first test: this part stays small (no frame) for them. */
 mp_noinline void mp_free_slow(void* p) {
   if (p == NULL) return;
-  if (mp_unlikely(mp_tls.countdown > MP_COUNTDOWN_MAX)) mp_countdown_left(&mp_tls); /* signals.h */
   bool events = tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed);
   if (mp_likely(!events && !maybe_sampled(p))) mi_free(p);
   else free_watched(p, events);

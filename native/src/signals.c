@@ -23,10 +23,17 @@
  * once; a person pressing Ctrl-C twice is slower than that. A signal the process sends itself
  * takes no part in this.
  *
+ * The program's handlers of every other signal it can catch asynchronously are kept here too
+ * (wrapped_signal), in every process the library watches, profile at exit or not: the kernel
+ * has this file's handler with the program's mask and flags, and it calls the program's at
+ * once, unless the thread holds a profiler lock. Then the signal is held back until the lock is
+ * released (hold_back): a handler that leaves by siglongjmp (an interpreter's timer) would take
+ * the lock with it. Where the program has SIG_DFL or SIG_IGN the kernel has it too.
+ *
  * Every glibc call that sets a disposition is interposed: sigaction, signal (bsd_signal,
  * ssignal), sysv_signal (__sysv_signal, which `signal` is under strict X/Open), sigset,
- * sigignore, and siginterrupt, whose set bsd_signal reads. For these four signals, once active,
- * each does what glibc's does through this file's sigaction; for every other signal, and before
+ * sigignore, and siginterrupt, whose set bsd_signal reads. For the signals kept here, once
+ * active, each does what glibc's does through this file's sigaction; for the faults, and before
  * activation, each is glibc's own (the next definition, looked up at load), so that its
  * semantics are glibc's exactly. What is reported (flags, mask) is what the kernel reports for
  * the program's disposition. A disposition set behind this file's back all the same (a raw
@@ -60,25 +67,30 @@ extern int __sigaction(int sig, const struct sigaction* act, struct sigaction* o
 
 __thread uintptr_t mp_sample_frame __attribute__((tls_model("initial-exec")));
 
-static const int managed[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-#define MANAGED (sizeof(managed) / sizeof(*managed))
+/* The signals whose profile-at-exit handling is described above. */
+static const int exit_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+#define EXIT_SIGNALS (sizeof(exit_signals) / sizeof(*exit_signals))
+#define MAX_SIG 64
 
 typedef struct view_s {
   atomic_uint seq;      /* odd while being written (a seqlock: the handler only reads) */
   struct sigaction act; /* the program's disposition, as the kernel would report it */
 } view_t;
 
-static view_t views[MANAGED];
+static view_t views[MAX_SIG + 1]; /* by signal number */
 static atomic_bool active;
+static atomic_bool exit_profile; /* a dump at exit is asked for: the four signals above end with one */
 static pid_t run_pid; /* `mimalloc-pprof run`, when it is this process's parent; else 0 */
-/* when each signal last came from run (index 0) and from elsewhere (1), in ns */
-static _Atomic(int64_t) last_seen[MANAGED][2];
+/* when each exit signal last came from run (index 0) and from elsewhere (1), in ns */
+static _Atomic(int64_t) last_seen[EXIT_SIGNALS][2];
 #define MP_DUPLICATE_NS ((int64_t)250 * 1000 * 1000)
 static atomic_flag writing = ATOMIC_FLAG_INIT;
 static atomic_int ending; /* 0; 1 while a fatal signal's dump is written; 2 after it */
 /* siginterrupt's set, bit sig-1: glibc keeps its own (bsd_signal reads it, hidden) and this one
  * follows it for the signals this file answers for. Updated by every siginterrupt call. */
 static _Atomic(uint64_t) interruptible;
+
+__thread uint64_t mp_held_signals __attribute__((tls_model("initial-exec")));
 
 /* A deferral is acted on at the latest this long after it began: a sampler section takes
  * microseconds, so one still running then was left by a jump, or is stuck. */
@@ -87,14 +99,30 @@ static _Atomic(uint64_t) interruptible;
  * the process ends by its signal, without the profile, when the dump takes longer than this. */
 #define WATCHDOG_NS (2L * 1000 * 1000 * 1000)
 
-static int slot_of(int sig) {
-  for (unsigned i = 0; i < MANAGED; i++)
-    if (managed[i] == sig) return (int)i;
+static int exit_index(int sig) {
+  for (unsigned i = 0; i < EXIT_SIGNALS; i++)
+    if (exit_signals[i] == sig) return (int)i;
   return -1;
 }
 
-/* The slot of a signal this file answers for now; -1 for any other (glibc's own code). */
-static int managed_slot(int sig) { return atomic_load_explicit(&active, memory_order_acquire) ? slot_of(sig) : -1; }
+/* Whether this file keeps the program's disposition of `sig`: every signal a program can catch
+ * asynchronously. Not the faults a thread raises on itself (its handler must run at the
+ * faulting instruction, and a fault in the profiler's own code is no program's to handle),
+ * not abort's SIGABRT, not the two glibc keeps for itself (32, 33). */
+static bool wrapped_signal(int sig) {
+  switch (sig) {
+  case SIGKILL: case SIGSTOP: case SIGSEGV: case SIGBUS: case SIGFPE: case SIGILL: case SIGTRAP: case SIGSYS: case SIGABRT:
+    return false;
+  default:
+    return sig >= 1 && sig <= MAX_SIG && (sig < 32 || sig >= SIGRTMIN);
+  }
+}
+
+/* Whether SIG_DFL of `sig` is this file's handler in the kernel: the profile before the end. */
+static bool ends_with_profile(int sig) { return atomic_load_explicit(&exit_profile, memory_order_relaxed) && exit_index(sig) >= 0; }
+
+/* The view of a signal this file answers for now; -1 for any other (glibc's own code). */
+static int managed_slot(int sig) { return atomic_load_explicit(&active, memory_order_acquire) && wrapped_signal(sig) ? sig : -1; }
 
 static void read_view(int slot, struct sigaction* out) {
   view_t* v = &views[slot];
@@ -117,8 +145,9 @@ static void write_view(int slot, const struct sigaction* act) {
 static void on_signal(int sig, siginfo_t* info, void* context);
 
 /* Whether the kernel's disposition `k` is the one apply() makes for the view `v`. */
-static bool kernel_follows(const struct sigaction* v, const struct sigaction* k) {
+static bool kernel_follows(int sig, const struct sigaction* v, const struct sigaction* k) {
   if (v->sa_handler == SIG_IGN) return k->sa_handler == SIG_IGN;
+  if (v->sa_handler == SIG_DFL && !ends_with_profile(sig)) return k->sa_handler == SIG_DFL;
   return (k->sa_flags & SA_SIGINFO) && k->sa_sigaction == on_signal;
 }
 
@@ -128,7 +157,7 @@ static bool kernel_follows(const struct sigaction* v, const struct sigaction* k)
  * what was set, applied to the program's flags. */
 static int apply(int sig, const struct sigaction* act, struct sigaction* view) {
   struct sigaction k, back;
-  if (act->sa_handler == SIG_IGN) {
+  if (act->sa_handler == SIG_IGN || (act->sa_handler == SIG_DFL && !ends_with_profile(sig))) {
     int rc = __sigaction(sig, act, NULL);
     if (rc == 0 && __sigaction(sig, NULL, view) != 0) *view = *act;
     return rc;
@@ -225,10 +254,6 @@ bool mp_sample_recover(mp_thread_t* t, uintptr_t frame) {
   return true;
 }
 
-void mp_countdown_left(mp_thread_t* t) {
-  if (!recovery_off()) t->countdown = 0;
-}
-
 /* One POSIX timer per thread that deferred a signal, sending that signal to that thread, its
  * value `timer_token`: the deadline of a deferral, then the watchdog of the dump. A fork child
  * has no timers (the pid says whose it is). Made and armed with system calls only (glibc's
@@ -267,7 +292,9 @@ static bool from_timer(const siginfo_t* info) {
   return info != NULL && info->si_code == SI_TIMER && info->si_value.sival_ptr == &timer_token && timer_pid != 0;
 }
 
-/* Ends the process by `sig`, with its default action, from its handler (sig blocked). */
+/* Acts on `sig` with its default action, from its handler (sig blocked): for the signals whose
+ * default ends a process, ends it. The kernel's disposition is SIG_DFL afterwards, as the
+ * view's is where this is called for a signal that lives on (a disposition being changed). */
 static void die_by(int sig) {
   struct sigaction dfl;
   memset(&dfl, 0, sizeof(dfl));
@@ -329,7 +356,7 @@ static void end_with_profile(int sig, const void* context, bool overdue) {
   if (atomic_compare_exchange_strong(&ending, &idle, 1)) {
     sigset_t managed_set;
     sigemptyset(&managed_set);
-    for (unsigned i = 0; i < MANAGED; i++) sigaddset(&managed_set, managed[i]);
+    for (unsigned i = 0; i < EXIT_SIGNALS; i++) sigaddset(&managed_set, exit_signals[i]);
     pthread_sigmask(SIG_BLOCK, &managed_set, NULL);
     if (!t->in_profiler && atomic_load(&mp_state.running) && mp_state.dump_at_exit[0] != 0) {
       if (watched && arm_timer(sig, WATCHDOG_NS)) {
@@ -361,8 +388,9 @@ void mp_signal_resume(void) {
 }
 
 /* Whether this delivery is the other half of a signal that run forwarded (see above). */
-static bool duplicate(int slot, const siginfo_t* info) {
-  if (run_pid == 0 || info == NULL) return false;
+static bool duplicate(int sig, const siginfo_t* info) {
+  int slot = exit_index(sig);
+  if (run_pid == 0 || info == NULL || slot < 0 || !ends_with_profile(sig)) return false;
   /* the program's own raise() or kill() (Node's handler re-raises to die by the signal) is
    * never the other half of a pair */
   if ((info->si_code == SI_USER || info->si_code == SI_TKILL) && info->si_pid == getpid()) return false;
@@ -380,10 +408,47 @@ static bool duplicate(int slot, const siginfo_t* info) {
   return false;
 }
 
+/* Held back while this thread holds a profiler lock (mp_locks_held): a handler that ended with
+ * siglongjmp would take the lock with it, and the table it guards could be half-changed. The
+ * signal is queued again to this thread with its siginfo (rt_tgsigqueueinfo) and blocked in
+ * the interrupted code's mask, so the kernel delivers it, with everything the program asked
+ * for (mask, flags, alternate stack, a context of its own), when the last lock is released
+ * (mp_signals_release). A section holds a lock for a few hash operations; a dump for a shard's
+ * walk. The faults and SIGABRT are not held (wrapped_signal): they are not this file's. */
+static bool hold_back(int sig, const siginfo_t* info, void* context) {
+  if (mp_locks_held() == 0 || context == NULL || info == NULL) return false;
+#ifdef MP_TEST_HOOKS
+  if (mp_test_hook("MP_TEST_NO_SIGNAL_HOLD")) return false; /* the hostile-signals test's control */
+#endif
+  int saved = errno;
+  siginfo_t again = *info;
+  pid_t pid = (pid_t)syscall(SYS_getpid), tid = (pid_t)syscall(SYS_gettid);
+  if (syscall(SYS_rt_tgsigqueueinfo, pid, tid, sig, &again) != 0 && syscall(SYS_tgkill, pid, tid, sig) != 0) {
+    errno = saved;
+    return false; /* not queued: better now than never */
+  }
+  sigaddset(&((ucontext_t*)context)->uc_sigmask, sig);
+  mp_held_signals |= (uint64_t)1 << (sig - 1);
+  errno = saved;
+  return true;
+}
+
+void mp_signals_release(void) {
+  uint64_t held = mp_held_signals;
+  mp_held_signals = 0;
+  uint64_t raw = held; /* the kernel's sigset: bit sig-1 */
+  int saved = errno;
+  (void)syscall(SYS_rt_sigprocmask, SIG_UNBLOCK, &raw, NULL, sizeof(raw)); /* delivered here */
+  errno = saved;
+}
+
+void mp_signals_child_forget(void) {
+  if (mp_held_signals != 0) mp_signals_release(); /* the queued ones were the parent's */
+}
+
 static void on_signal(int sig, siginfo_t* info, void* context) {
-  int slot = slot_of(sig);
   struct sigaction prog;
-  if (slot < 0) return;
+  if (!wrapped_signal(sig)) return;
   if (dumping_here) { /* a watched dump runs on this thread (end_with_profile) */
     if (from_timer(info)) die_by(sig); /* it took too long: no profile */
     return;                            /* the dump ends the process by its signal anyway */
@@ -393,21 +458,31 @@ static void on_signal(int sig, siginfo_t* info, void* context) {
     if (deferred != 0) end_with_profile(deferred, context, true);
     return;
   }
+  read_view(sig, &prog);
+  bool profile_end = prog.sa_handler == SIG_DFL && ends_with_profile(sig);
+  if (!profile_end && prog.sa_handler != SIG_IGN && hold_back(sig, info, context)) return;
   int saved = errno;
-  bool twice = duplicate(slot, info);
+  bool twice = duplicate(sig, info);
   errno = saved;
   if (twice) return;
-  read_view(slot, &prog);
-  if (prog.sa_handler == SIG_DFL) {
+  if (profile_end) {
     end_with_profile(sig, context, false);
     return;
   }
   if (prog.sa_handler == SIG_IGN) return;
+  if (prog.sa_handler == SIG_DFL) {
+    die_by(sig);
+    return;
+  }
   if (prog.sa_flags & SA_RESETHAND) { /* one-shot: SIG_DFL from now on, as the kernel does */
     struct sigaction dfl = prog;
     dfl.sa_handler = SIG_DFL;
     dfl.sa_flags &= ~(SA_SIGINFO | SA_RESETHAND);
-    write_view(slot, &dfl);
+    write_view(sig, &dfl);
+    if (!ends_with_profile(sig)) {
+      struct sigaction k = dfl;
+      (void)__sigaction(sig, &k, NULL);
+    }
   }
   if (prog.sa_flags & SA_SIGINFO) prog.sa_sigaction(sig, info, context);
   else prog.sa_handler(sig);
@@ -427,7 +502,7 @@ __attribute__((visibility("default"))) int sigaction(int sig, const struct sigac
   struct sigaction before, kernel, view;
   read_view(slot, &before);
   /* set behind the view's back (a raw rt_sigaction, an old binary's sigvec): adopted */
-  if (!test_hook(OLD_VIEW) && __sigaction(sig, NULL, &kernel) == 0 && !kernel_follows(&before, &kernel)) {
+  if (!test_hook(OLD_VIEW) && __sigaction(sig, NULL, &kernel) == 0 && !kernel_follows(sig, &before, &kernel)) {
     before = kernel;
     if (apply(sig, &kernel, &view) == 0) write_view(slot, &view);
   }
@@ -583,14 +658,15 @@ __attribute__((visibility("default"))) int siginterrupt(int sig, int interrupt) 
   return sigaction(sig, &act, NULL) < 0 ? -1 : 0;
 }
 
-void mp_signals_install(void) {
+void mp_signals_install(bool with_exit_profile) {
   pid_t run = mp_run_pid();
   if (run > 1 && run == getppid()) run_pid = run;
-  for (unsigned i = 0; i < MANAGED; i++) {
+  atomic_store_explicit(&exit_profile, with_exit_profile, memory_order_relaxed);
+  for (int sig = 1; sig <= MAX_SIG; sig++) {
     struct sigaction cur, view;
-    if (__sigaction(managed[i], NULL, &cur) != 0) continue;
-    write_view((int)i, &cur); /* as the kernel reports it: nothing set yet has no SA_RESTORER */
-    if (cur.sa_handler != SIG_IGN) (void)apply(managed[i], &cur, &view);
+    if (!wrapped_signal(sig) || __sigaction(sig, NULL, &cur) != 0) continue;
+    write_view(sig, &cur); /* as the kernel reports it: nothing set yet has no SA_RESTORER */
+    if (cur.sa_handler != SIG_IGN && (cur.sa_handler != SIG_DFL || ends_with_profile(sig))) (void)apply(sig, &cur, &view);
   }
   atomic_store_explicit(&active, true, memory_order_release);
 }

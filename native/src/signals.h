@@ -44,14 +44,6 @@ static inline bool mp_sample_stale(const mp_thread_t* t, uintptr_t frame) {
  * profiler section really runs below, the caller takes the plain path. */
 bool mp_sample_recover(mp_thread_t* t, uintptr_t frame);
 
-/* A countdown above MP_COUNTDOWN_MAX outside an allocation: the fast path subtracted and
- * borrowed, and a jump left before the slow path stored the next distance. Later subtractions
- * never borrow again (the wrapped value is near 2^64), so the thread would go unsampled for
- * good. Called where such a countdown is seen (a free's slow path: the fast path of a handler
- * that interrupted that instant sees it too, and then only moves the next sample closer):
- * the countdown is set to 0, so the next allocation takes the slow path and draws anew. */
-void mp_countdown_left(mp_thread_t* t);
-
 #pragma GCC visibility pop
 
 #endif

@@ -93,9 +93,9 @@ unsigned mp_locks_held(void) { return held_locks.depth; }
 static inline void note_released(void) {}
 #else
 /* Production builds count them: a sampler section that a signal handler left by siglongjmp is
- * taken up again only when it held no lock (signals.c). Counted before a lock is tried and
- * after it is released, so that 0 is never said of a thread that holds one (but for the
- * instant after mp_lock_briefly's take). One TLS add each way. */
+ * taken up again only when it held no lock, and a signal that lands while one is held is held
+ * back (signals.c). Counted before a lock is tried and after it is released, so that 0 is
+ * never said of a thread that holds one. One TLS add each way. */
 static __thread unsigned held_count __attribute__((tls_model("initial-exec")));
 static inline void note_lock(const mp_lock_t* lock) {
   (void)lock;
@@ -124,14 +124,16 @@ void mp_lock(mp_lock_t* lock) {
   }
 }
 
+/* Counted before the take, as mp_lock does: a signal in between is held back (signals.c). */
 bool mp_lock_briefly(mp_lock_t* lock) {
+  note_lock(lock);
   for (unsigned spins = 0; spins <= 256; spins++) { /* a critical section's length, several times over */
-    if (try_take(lock)) {
-      note_lock(lock);
-      return true;
-    }
+    if (try_take(lock)) return true;
     __builtin_ia32_pause();
   }
+  note_unlock(lock);
+  note_released();
+  if (__builtin_expect(mp_held_signals != 0, 0) && mp_locks_held() == 0) mp_signals_release();
   return false;
 }
 
@@ -139,6 +141,7 @@ void mp_unlock(mp_lock_t* lock) {
   note_unlock(lock);
   atomic_store_explicit(&lock->held, 0, memory_order_release);
   note_released();
+  if (__builtin_expect(mp_held_signals != 0, 0) && mp_locks_held() == 0) mp_signals_release();
 }
 
 /* For the fork child, where only this thread exists: every lock is free again. */
