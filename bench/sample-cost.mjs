@@ -82,7 +82,7 @@ function paired(cmd, args, onEnv) {
   return out;
 }
 
-const results = { c: [], node: null, scale: null };
+const results = { c: [], node: null, nodeDeep: null, scale: null };
 
 for (const [variant, flags, label] of [
   ['fp', ['-fno-omit-frame-pointer'], 'frame pointers'],
@@ -103,11 +103,12 @@ for (const [variant, flags, label] of [
   }
 }
 
-{
-  note(`bench/sample-cost: Node, JIT frames (${pairs} pairs)`);
+// Node at the fixture's own depth (4 JavaScript frames) and 30 JavaScript frames deep.
+for (const depth of [0, 30]) {
+  note(`bench/sample-cost: Node, JIT frames, ${depth || 'a few'} JavaScript frames (${pairs} pairs)`);
   const fixture = join(root, 'bench', 'fixtures', 'sample-cost.mjs');
-  const runs = paired(process.execPath, [fixture, String(NODE_ALLOCS)], profiling(4096));
-  results.node = {
+  const runs = paired(process.execPath, [fixture, String(NODE_ALLOCS), String(depth)], profiling(4096));
+  results[depth ? 'nodeDeep' : 'node'] = {
     perSampleNs: median(runs.map(([on, off]) => ((on.nsPerAlloc - off.nsPerAlloc) * NODE_ALLOCS) / on.samples)),
     samplesPerAlloc: median(runs.map(([on]) => on.samples / NODE_ALLOCS)),
     sampledNs: median(runs.map(([on]) => on.nsPerAlloc)),
@@ -140,6 +141,8 @@ lines.push('|---|---|---:|---:|---:|');
 for (const r of results.c) lines.push(`| C, ${r.code} | ${r.thread} | ${fmt(r.sampledNs)} | ${fmt(r.stoppedNs)} | ${fmt(r.extraNs)} |`);
 lines.push('');
 lines.push(`Node (JavaScript through JIT frames into node's ArrayBuffer allocator, interval 4 KiB, ${results.node.samplesPerAlloc.toFixed(2)} samples per 64 KiB allocation): **${fmt(results.node.perSampleNs)} ns per sample** (the loop's extra time over the stopped run, per sample taken; ${fmt(results.node.sampledNs)} ns per allocation profiling, ${fmt(results.node.stoppedNs)} ns stopped).`);
+lines.push('');
+lines.push(`The same, each allocation 30 JavaScript frames deep: **${fmt(results.nodeDeep.perSampleNs)} ns per sample** (${fmt(results.nodeDeep.sampledNs)} ns per allocation profiling, ${fmt(results.nodeDeep.stoppedNs)} ns stopped).`);
 lines.push('');
 lines.push(`Threads sampling at 4 KiB (16 B–4 KiB blocks): 2 threads do **${results.scale.profiling.toFixed(2)}×** the pairs per second of 1 thread (profiler stopped: ${results.scale.stopped.toFixed(2)}×; ${(results.scale.onePairsPerSecond / 1e6).toFixed(1)} M pairs/s on one thread).`);
 

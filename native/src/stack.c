@@ -197,10 +197,41 @@ static bool mapping_of(uintptr_t addr, uintptr_t* lo, uintptr_t* hi) {
  * thread's alone, and a thread is in at most one sample at a time (in_profiler), so no slot is
  * ever used by two walks at once. Slots are static (the pages of those never claimed stay
  * untouched); past them, a slot of profiler memory of its own. */
+/* The last walk of a thread, step by step (rule_walk): the registers each step started from
+ * and the stack words it read, so that a later walk that reaches the same registers can take
+ * the rest from here after checking that every one of those words still holds what it held. */
+typedef struct memo_step_s {
+  uintptr_t pc, sp, fp;   /* the step's registers (pc: frames[i]) */
+  uintptr_t at[3], val[3]; /* the words it read (a signal frame's three, else up to two) */
+  uint8_t cells;
+  bool exact;
+} memo_step_t;
+
+typedef struct walk_memo_s {
+  uintptr_t hi, next_lo, next_hi, stop_sp; /* what bounded the walk: a memo serves only the same */
+  unsigned max, steps, n;                  /* n == 0: none */
+  bool complete;
+  uintptr_t last; /* frames[n - 1] */
+  memo_step_t step[MI_PROF_MAX_BT];
+} walk_memo_t;
+
+/* A walk's use of the memo (rule_walk): in the scratch, not on the sample's stack. */
+typedef struct memo_use_s {
+  const walk_memo_t* last;
+  walk_memo_t* record;
+  unsigned next; /* the first step of `last` not yet passed */
+  bool hit;      /* the walk's end was taken from `last` */
+  bool kept;     /* `record` holds the whole walk all the same (its steps, then the memo's) */
+} memo_use_t;
+
 typedef struct mp_scratch_s {
+  memo_use_t use;                /* the walk under way's */
+  mp_unwind_walk_t walk;         /* the walk under way's windows (unwind.c) */
   uintptr_t frames[MI_PROF_MAX_BT];
   void* raw[MI_PROF_MAX_BT + 8]; /* backtrace()'s frames, this library's own among them */
   uint32_t index;                /* in `slots`, or SCRATCH_SLOTS: its own memory */
+  uint32_t memo_now;             /* which of `memo` holds the last walk */
+  walk_memo_t memo[2];           /* the last walk, and the one being taken */
 } mp_scratch_t;
 
 #define SCRATCH_SLOTS 64u
@@ -214,12 +245,14 @@ uintptr_t* mp_stack_scratch(mp_thread_t* t) {
     if (atomic_load_explicit(&slot_taken[i], memory_order_relaxed)) continue;
     if (atomic_exchange_explicit(&slot_taken[i], true, memory_order_acquire)) continue;
     slots[i].index = i;
+    slots[i].memo[0].n = slots[i].memo[1].n = 0; /* another thread's stack */
     t->scratch = &slots[i];
     return t->scratch->frames;
   }
   mp_scratch_t* own = mp_os_alloc(sizeof(mp_scratch_t));
   if (own == NULL) return NULL;
   own->index = SCRATCH_SLOTS;
+  own->memo[0].n = own->memo[1].n = 0;
   t->scratch = own;
   return own->frames;
 }
@@ -387,6 +420,7 @@ static unsigned drop_own_frames(uintptr_t* frames, unsigned n) {
  * unwinder because no rule could take a step); the unwind test reads it. Both start at the
  * caller of the interposed call; backtrace's own extra frames (this library's) are skipped. */
 static atomic_ullong checked, agreed, fell_back;
+static atomic_ullong memo_whole, memo_part; /* walks taken from the memo from their first step, from a later one */
 static void mp_stack_count_fallback(void) { atomic_fetch_add(&fell_back, 1); }
 /* " name=value" at line + *n, within the line's cap. */
 static void report_field(char* line, size_t cap, size_t* n, const char* name, uint64_t value) {
@@ -410,6 +444,8 @@ static void report_check(void) {
   report_field(line, sizeof(line), &n, " rules_parsed=", parsed);
   report_field(line, sizeof(line), &n, " given_back=", given);
   report_field(line, sizeof(line), &n, " bounds_attr=", atomic_load(&bounds_by_attr));
+  report_field(line, sizeof(line), &n, " memo_whole=", atomic_load(&memo_whole));
+  report_field(line, sizeof(line), &n, " memo_part=", atomic_load(&memo_part));
   line[n++] = '\n';
   (void)!write(2, line, n);
 }
@@ -453,6 +489,77 @@ static void prefetch_rules(uintptr_t pc, uintptr_t sp, uintptr_t fp, uintptr_t h
   }
 }
 
+/* A walk's use of the thread's memo (walk_memo_t): `last` is compared with (NULL: none that
+ * fits), `record` takes this walk's steps (NULL: not kept). A step is a deterministic function
+ * of its registers, its pc's rule (fixed while code with frames on the stack stays mapped) and
+ * the words it reads, and those words lie on the stack above its sp: a walk that reaches the
+ * registers a step of the last walk started from, and finds every word that step and the later
+ * ones read unchanged, would read and produce what they did, to the end. */
+
+
+static bool memo_holds(const walk_memo_t* m, unsigned from) {
+  for (unsigned i = from; i < m->steps; i++)
+    for (unsigned c = 0; c < m->step[i].cells; c++)
+      if (*(const uintptr_t*)m->step[i].at[c] != m->step[i].val[c]) return false;
+  return true;
+}
+
+#ifdef MP_TEST_HOOKS
+static bool memo_trusted(void) { return mp_test_hook("MP_TEST_MEMO_TRUST"); } /* the memo test's control */
+#else
+static inline bool memo_trusted(void) { return false; }
+#endif
+
+/* At the start of step n - 1 (registers pc, sp, fp): whether the last walk passed the same
+ * registers with its words unchanged; then frames[n..] are its frames after that step, n and
+ * *complete what it would have ended with. Steps are compared in order of sp (which grows along
+ * a walk), so a memo costs one comparison per step where it does not fit. */
+static __attribute__((noinline)) bool memo_take(memo_use_t* u, uintptr_t* frames, unsigned* n, unsigned max, uintptr_t pc, uintptr_t sp,
+                      uintptr_t fp, bool exact, bool* complete) {
+  const walk_memo_t* m = u->last;
+  while (u->next < m->steps && m->step[u->next].sp < sp) u->next++;
+  if (u->next >= m->steps) return false;
+  unsigned j = u->next;
+  const memo_step_t* st = &m->step[j];
+  if (st->sp != sp || st->pc != pc || st->fp != fp || st->exact != exact) return false;
+  unsigned k = *n - 1;
+  bool ended_by_max = m->n > m->steps; /* its last frame came from a step it never took */
+  if (ended_by_max && k < j) return false; /* this walk would go on beyond what the memo knows */
+  if (!memo_trusted() && !memo_holds(m, j)) {
+    u->last = NULL; /* the stack changed under it: this walk is taken afresh */
+    return false;
+  }
+  unsigned total = k + (m->n - j); /* frames 0..k, then the memo's after step j */
+  if (total > max) total = max;
+  for (unsigned i = k + 1, from = j + 1; i < total; i++, from++) frames[i] = from < m->steps ? m->step[from].pc : m->last;
+  *complete = total == max || m->complete;
+  *n = total;
+  u->hit = true;
+  /* The next walk most likely starts as this one did: the record becomes this walk, its own
+   * steps and then the memo's (nothing to do when it took the memo whole). */
+  walk_memo_t* rec = u->record;
+  if (rec != NULL && (k != 0 || j != 0)) {
+    unsigned steps = k + (m->steps - j);
+    if (total == max && steps > max - 1) steps = max - 1; /* a walk that ends at max takes max - 1 steps */
+    memcpy(&rec->step[k], &m->step[j], (steps - k) * sizeof(memo_step_t));
+    rec->steps = steps;
+    rec->n = total;
+    rec->complete = *complete;
+    rec->last = frames[total - 1];
+    u->kept = true;
+  }
+  return true;
+}
+
+static inline uintptr_t memo_read(memo_step_t* st, uintptr_t at) {
+  uintptr_t v = *(const uintptr_t*)at;
+  if (st != NULL && st->cells < 3) {
+    st->at[st->cells] = at;
+    st->val[st->cells++] = v;
+  }
+  return v;
+}
+
 /* The rule-driven walk from the caller's registers; frames[0] is pc already. *complete tells
  * whether it ended at the outermost frame (or at `max`) rather than on a step it could not
  * take. */
@@ -461,24 +568,36 @@ static void prefetch_rules(uintptr_t pc, uintptr_t sp, uintptr_t fp, uintptr_t h
  * within those bounds. */
 static unsigned rule_walk(mp_unwind_walk_t* walk, uintptr_t* frames, unsigned max, uintptr_t pc, uintptr_t sp,
                           uintptr_t fp, uintptr_t hi, uintptr_t next_lo, uintptr_t next_hi, uintptr_t stop_sp,
-                          bool* complete) {
+                          bool* complete, memo_use_t* u) {
   unsigned n = 1;
   bool exact = false; /* pc is an interrupted instruction (after a signal frame), not a return address */
   *complete = false;
+  walk_memo_t* rec = u->record;
+  unsigned steps = 0;
   while (n < max) {
+    if (u->last != NULL && memo_take(u, frames, &n, max, pc, sp, fp, exact, complete)) return n;
+    memo_step_t* st = NULL;
+    if (rec != NULL) {
+      st = &rec->step[steps];
+      st->pc = pc;
+      st->sp = sp;
+      st->fp = fp;
+      st->exact = exact;
+      st->cells = 0;
+    }
+    steps++;
     mp_unwind_rule_t r;
     mp_unwind_rule(walk, exact ? pc : pc - 1, &r); /* a return address: the call is the byte before */
     uintptr_t cfa, next_fp = fp;
     exact = false;
     if (r.kind == MP_RULE_END) {
       *complete = true;
-      return n;
+      break;
     }
     if (r.kind == MP_RULE_SIGNAL) { /* sp is the ucontext the kernel pushed above the handler's return */
       uintptr_t regs = sp + offsetof(ucontext_t, uc_mcontext.gregs);
       if (regs + (REG_RIP + 1) * sizeof(greg_t) > hi || (sp & 7) != 0) break;
-      const greg_t* g = (const greg_t*)regs;
-      uintptr_t rip = (uintptr_t)g[REG_RIP], rsp = (uintptr_t)g[REG_RSP];
+      uintptr_t rip = memo_read(st, regs + REG_RIP * sizeof(greg_t)), rsp = memo_read(st, regs + REG_RSP * sizeof(greg_t));
       if (next_lo != 0 && rsp >= next_lo && rsp < next_hi) { /* off the alternate stack: the thread's own */
         hi = next_hi;
         next_lo = 0;
@@ -489,7 +608,7 @@ static unsigned rule_walk(mp_unwind_walk_t* walk, uintptr_t* frames, unsigned ma
       frames[n++] = rip;
       pc = rip;
       sp = rsp;
-      fp = (uintptr_t)g[REG_RBP];
+      fp = memo_read(st, regs + REG_RBP * sizeof(greg_t));
       exact = true;
       continue;
     }
@@ -499,33 +618,58 @@ static unsigned rule_walk(mp_unwind_walk_t* walk, uintptr_t* frames, unsigned ma
       if (r.fp_off != 0) {
         uintptr_t at = cfa + (uintptr_t)(intptr_t)r.fp_off;
         if (at < sp || at > hi - sizeof(uintptr_t)) break;
-        next_fp = *(const uintptr_t*)at;
+        next_fp = memo_read(st, at);
       }
     } else if (r.kind == MP_RULE_DRAP) { /* both words sit in this frame, at rbp + k */
       uintptr_t at_cfa = fp + (uintptr_t)(intptr_t)r.cfa_off, at_fp = fp + (uintptr_t)(intptr_t)r.fp_off;
       if (at_cfa < sp || at_cfa > hi - sizeof(uintptr_t) || at_fp < sp || at_fp > hi - sizeof(uintptr_t)) break;
-      cfa = *(const uintptr_t*)at_cfa;
+      cfa = memo_read(st, at_cfa);
       if (cfa <= sp || cfa > hi || (cfa & 7) != 0) break;
-      next_fp = *(const uintptr_t*)at_fp;
+      next_fp = memo_read(st, at_fp);
     } else {
       if (fp < sp || fp > hi - 2 * sizeof(uintptr_t) || (fp & 7) != 0) break;
       cfa = fp + 2 * sizeof(uintptr_t);
-      next_fp = *(const uintptr_t*)fp;
+      next_fp = memo_read(st, fp);
     }
     mp_assert(cfa - sizeof(uintptr_t) >= sp && cfa <= hi); /* the only two reads stay on the stack */
     if (cfa > stop_sp) { /* the next frame lies beyond the cut: the walk is done */
       *complete = true;
-      return n;
+      break;
     }
-    uintptr_t ret = ((const uintptr_t*)cfa)[-1];
+    uintptr_t ret = memo_read(st, cfa - sizeof(uintptr_t));
     if (ret < 4096) break;
     frames[n++] = ret;
     pc = ret;
     sp = cfa;
     fp = next_fp;
   }
-  *complete = n == max;
+  if (n == max) *complete = true;
+  if (rec != NULL) {
+    rec->steps = steps;
+    rec->n = n;
+    rec->complete = *complete;
+    rec->last = frames[n - 1];
+  }
   return n;
+}
+#endif
+
+#if MP_DEBUG_ON
+/* Debug builds: a walk taken from the memo is the walk taken afresh (into the scratch's other
+ * buffer, in a frame of its own: the sample's stack budget holds in debug builds too). */
+static __attribute__((noinline)) void check_memo_walk(const uintptr_t* frames, unsigned n, bool complete, unsigned max, void* ra,
+                                                      uintptr_t sp, uintptr_t fp, uintptr_t hi, uintptr_t next_lo,
+                                                      uintptr_t next_hi, uintptr_t cut) {
+  mp_scratch_t* s = mp_tls.scratch;
+  uintptr_t* fresh = (uintptr_t*)s->raw;
+  fresh[0] = (uintptr_t)ra;
+  bool fresh_complete;
+  s->use = (memo_use_t){NULL, NULL, 0, false, false};
+  s->walk = (mp_unwind_walk_t)MP_UNWIND_WALK_INIT;
+  unsigned m = rule_walk(&s->walk, fresh, max, (uintptr_t)ra, sp, fp, hi, next_lo, next_hi, cut, &fresh_complete, &s->use);
+  mp_unwind_walk_end(&s->walk);
+  mp_assert(m == n && fresh_complete == complete);
+  for (unsigned i = 0; i < n; i++) mp_assert(fresh[i] == frames[i]);
 }
 #endif
 
@@ -573,12 +717,33 @@ static unsigned capture(uintptr_t* frames, unsigned max, void* ra, uintptr_t sp,
   uintptr_t hi = on_own ? t->stack_hi : alt_stack_top(here);
   if (hi != 0 && sp > here && sp <= hi) {
     bool complete;
-    prefetch_rules((uintptr_t)ra, sp, fp, hi, max);
-    mp_unwind_walk_t walk = MP_UNWIND_WALK_INIT;
-    unsigned n = rule_walk(&walk, frames, max, (uintptr_t)ra, sp, fp, hi, on_own ? 0 : t->stack_lo, t->stack_hi,
-                           stop_sp == 0 ? UINTPTR_MAX : stop_sp, &complete);
-    mp_unwind_walk_end(&walk);
+    uintptr_t next_lo = on_own ? 0 : t->stack_lo, cut = stop_sp == 0 ? UINTPTR_MAX : stop_sp;
+    /* the walk's state lives in the thread's scratch, not on the sample's stack */
+    mp_scratch_t* s = t->scratch != NULL || t->exiting ? t->scratch : (mp_stack_scratch(t), t->scratch);
+    if (s == NULL) goto frame_chain; /* an exiting thread that never sampled, or no memory for a scratch */
+    memo_use_t* u = &s->use;
+    const walk_memo_t* last = &s->memo[s->memo_now];
+    bool fits = last->n != 0 && last->hi == hi && last->next_lo == next_lo && last->next_hi == t->stack_hi &&
+                last->stop_sp == cut && last->max == max;
+    *u = (memo_use_t){fits ? last : NULL, &s->memo[s->memo_now ^ 1], 0, false, false};
+    if (u->last == NULL) prefetch_rules((uintptr_t)ra, sp, fp, hi, max); /* with a memo, most steps need no rule */
+    s->walk = (mp_unwind_walk_t)MP_UNWIND_WALK_INIT;
+    unsigned n = rule_walk(&s->walk, frames, max, (uintptr_t)ra, sp, fp, hi, next_lo, t->stack_hi, cut, &complete, u);
+    mp_unwind_walk_end(&s->walk);
+    if (!u->hit || u->kept) { /* the memo from now on */
+      walk_memo_t* m = u->record;
+      m->hi = hi;
+      m->next_lo = next_lo;
+      m->next_hi = t->stack_hi;
+      m->stop_sp = cut;
+      m->max = max;
+      s->memo_now ^= 1;
+    }
+#if MP_DEBUG_ON
+    if (u->hit && !memo_trusted()) check_memo_walk(frames, n, complete, max, ra, sp, fp, hi, next_lo, t->stack_hi, cut);
+#endif
 #ifdef MP_TEST_HOOKS
+    if (u->hit) atomic_fetch_add(u->kept ? &memo_part : &memo_whole, 1);
     if (!complete) mp_stack_count_fallback();
     if (mp_test_hook("MP_TEST_UNWIND_FP_ONLY")) complete = true; /* the control: the rules' walk alone */
 #endif
@@ -592,6 +757,9 @@ static unsigned capture(uintptr_t* frames, unsigned max, void* ra, uintptr_t sp,
 #else
   (void)sp;
   (void)here;
+#endif
+#if MP_UNWIND_CFI
+frame_chain:;
 #endif
   bool broken;
   uintptr_t cut = stop_sp == 0 ? UINTPTR_MAX : stop_sp;

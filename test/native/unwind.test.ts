@@ -31,6 +31,7 @@ function tally(bin: string, env: Record<string, string> = {}) {
     stacks: kv.num('stacks'), agreed: kv.num('agreed'), fallbacks: kv.num('fallbacks'),
     boundsQuery: kv.num('bounds_query'), boundsText: kv.num('bounds_text'), boundsAttr: kv.num('bounds_attr'),
     rulesParsed: kv.num('rules_parsed'), givenBack: kv.num('given_back'),
+    memoWhole: kv.num('memo_whole'), memoPart: kv.num('memo_part'),
   };
 }
 
@@ -56,6 +57,26 @@ for (const [variant, flags] of [
     assert.ok(fallbacks <= stacks / 100, `${fallbacks} fallbacks`);
   });
 }
+
+// The walk's memo (stack.c walk_memo_t): a walk that reaches the registers a step of the thread's last walk started
+// from takes the rest from it, once every stack word those steps read is found unchanged. The fixture's stacks share
+// their upper frames and differ below, and its recursion returns to the same depth through other callers, so a memo
+// trusted without that check gives other stacks' frames.
+test(`the walk's memo serves most walks and every stack is still libgcc's (${mimallocLabel})`, (t) => {
+  const bin = fixture('unwind', { flags: [...NO_BUILTIN, '-O2', '-fomit-frame-pointer'], variant: '-O2' });
+  const r = tally(bin);
+  t.diagnostic(`${r.agreed} of ${r.stacks} identical; ${r.memoWhole} walks taken whole from the memo, ${r.memoPart} from a later step`);
+  assert.equal(r.agreed, r.stacks);
+  assert.ok(r.memoWhole + r.memoPart >= r.stacks / 4, `the memo served ${r.memoWhole + r.memoPart} of ${r.stacks} walks`);
+});
+
+test('positive control: the memo trusted without checking the stack words (MP_TEST_MEMO_TRUST=1) gives stacks libgcc disagrees with', (t) => {
+  const bin = fixture('unwind', { flags: [...NO_BUILTIN, '-O2', '-fomit-frame-pointer'], variant: '-O2' });
+  const r = tally(bin, { MP_TEST_MEMO_TRUST: '1' });
+  t.diagnostic(`control: ${r.agreed} of ${r.stacks} identical`);
+  assert.ok(r.stacks >= 2000);
+  assert.ok(r.agreed < r.stacks, 'every stack agreed with the memo trusted blindly');
+});
 
 test('positive control: frame-pointer steps alone, without the fallback (MP_TEST_UNWIND_FP_ONLY=1), disagree with libgcc', (t) => {
   const bin = fixture('unwind', { flags: [...NO_BUILTIN, '-O2', '-fomit-frame-pointer'], variant: '-O2' });
