@@ -159,11 +159,15 @@ export async function readProfile(source: string, options: ReadOptions = {}): Pr
   return parseBounded(await fetchProfileBytes(source, options), source.replace(/^(https?:\/\/)[^/@]*@/i, '$1'));
 }
 
-/** Writes a file atomically (temporary file + rename); errors name the file. */
+/** Writes a file atomically (temporary file + rename), mode 0600 (narrower when the umask
+ * says so): profiles and reports carry what a program held and its command line, which are
+ * not for every user of the machine. Errors name the file. */
 export function writeFileAtomic(path: string, data: Uint8Array | string): void {
   const tmp = `${path}.tmp-${process.pid}`;
   try {
-    writeFileSync(tmp, data);
+    // MIMALLOC_PPROF_TEST_OPEN_MODES=1: the tests' control (test/run/modes.test.ts)
+    rmSync(tmp, { force: true }); // a leftover of an earlier crash would keep its mode
+    writeFileSync(tmp, data, { mode: process.env.MIMALLOC_PPROF_TEST_OPEN_MODES === '1' ? 0o644 : 0o600 });
     renameSync(tmp, path);
   } catch (e) {
     rmSync(tmp, { force: true });
