@@ -6,7 +6,7 @@
  */
 import { basename } from 'node:path';
 
-import type { Profile } from 'pprof-format';
+import type { Profile } from '../profile/pprof.js';
 
 import { UsageError } from '../errors.js';
 import { formatPeak } from '../profile/peak.js';
@@ -38,7 +38,7 @@ Options:
                       (profiles carry in-use figures and allocated totals, alloc_space and
                       alloc_objects; MIMALLOC_PROF_MAX_BYTES caps the profiler's memory)
   --seed N            reproducible sampling
-  --bt-max N          stack depth, 1-128 (default 64)
+  --bt-max N          stack depth, 1-128 (default 64; MIMALLOC_PROF_BT_MAX without run: 32)
   --top N             rows of the printed table (default 10; 0: none)
   --no-gc             Node: skip the full garbage collection before the exit profile
                       (by default memory that only unreachable JavaScript objects hold,

@@ -16,8 +16,8 @@ import { constants as osConstants, tmpdir } from 'node:os';
 import { dirname, extname, join, resolve } from 'node:path';
 import { debuglog } from 'node:util';
 
-import type { Profile } from 'pprof-format';
-import { Profile as ProfileCodec } from 'pprof-format';
+import type { Profile } from '../profile/pprof.js';
+import { Profile as ProfileCodec } from '../profile/pprof.js';
 
 import { UsageError } from '../errors.js';
 import { denoExecutable, isNodeProgram, preloadObstacle, which } from '../preload/launch.js';
@@ -28,6 +28,7 @@ import { mergeJsHeap, type V8SamplingHeapProfile } from '../profile/js-heap.js';
 import { annotatePeak, type PeakInfo } from '../profile/peak.js';
 import { formatRssComment, type RssBreakdown } from '../profile/rss.js';
 import { humanBytes } from '../cli/top.js';
+import { withoutJsHeap } from '../cli/convert.js';
 import { codeCopiesFromSnapshot, codeCopiesOf, type CodeCopy } from '../symbolize/code-copies.js';
 import { isPreloadLibrary, symbolize } from '../symbolize/index.js';
 import { recordedNumber } from '../symbolize/raw.js';
@@ -506,7 +507,8 @@ function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport, copie
   if (p.ppid) comment(`ppid=${p.ppid}`);
   if (p.argv.length > 0 && opts.cmdline !== false) comment(`command: ${p.argv.join(' ')}`);
   const out = p.main ? opts.out : withPid(opts.out, p.pid);
-  writeFileAtomic(out, opts.format === 'proto' ? encodeProfile(profile) : encodeHeapText(profile, out));
+  // heap_v2 text has native addresses only: JavaScript-heap samples would be `0x0` rows
+  writeFileAtomic(out, opts.format === 'proto' ? encodeProfile(profile) : encodeHeapText(withoutJsHeap(profile).profile, out));
   rmSync(perfMap, { force: true });
   debug('postprocess pid=%d samples=%d ms=%s', p.pid, profile.sample.length, (performance.now() - started).toFixed(1));
   p.file = resolve(out);
