@@ -9,7 +9,7 @@
  */
 import { basename } from 'node:path';
 
-import { Function as ProfileFunction, Label, Line, Location, Mapping, type Profile } from 'pprof-format';
+import { Function as ProfileFunction, Label, Line, Location, Mapping, type Profile } from '../profile/pprof.js';
 
 import { CodeCopyIndex, codeCopiesOf, type CodeCopy } from './code-copies.js';
 import { demangle } from './demangle.js';

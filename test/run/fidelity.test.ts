@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { gunzipSync } from 'node:zlib';
 
-import { Profile } from 'pprof-format';
+import { Profile } from '../../src/profile/pprof.js';
 
 import { root, run, tempDir } from '../helpers.js';
 

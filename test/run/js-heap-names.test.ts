@@ -13,7 +13,7 @@ import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { Profile } from 'pprof-format';
+import { Profile } from '../../src/profile/pprof.js';
 
 import { mergeJsHeap, type V8SamplingHeapNode } from '../../src/profile/js-heap.js';
 import { root, tempDir } from '../helpers.js';

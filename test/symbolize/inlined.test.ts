@@ -12,7 +12,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { Label, Location } from 'pprof-format';
+import { Label, Location } from '../../src/profile/pprof.js';
 
 import { symbolize } from '../../src/symbolize/index.js';
 import { parseV8Log } from '../../src/symbolize/v8-log.js';
