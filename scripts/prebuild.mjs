@@ -153,6 +153,7 @@ export function checkShipped(files, archive, readelf = 'readelf') {
     if (mi.length > 0) throw new Error(`${f} needs ${mi.join(', ')}: not self-contained`);
     const leaked = facts.exported.filter((s) => archiveNames.has(s));
     if (leaked.length > 0) throw new Error(`${f} exports mimalloc's own names (${leaked.slice(0, 5).join(', ')}…)`);
+    if (!facts.needed.some((n) => /^libc\.so/.test(n))) throw new Error(`${f} needs no shared C library: the C library was linked in`);
     const allowed = /^(libc|libm|libdl|libpthread|librt|ld-linux[-\w]*|ld-musl-[\w]+)\.so(\.\d+)?$/;
     const other = facts.needed.filter((n) => !allowed.test(n));
     if (other.length > 0) throw new Error(`${f} needs ${other.join(', ')}, which a slim system may lack`);
