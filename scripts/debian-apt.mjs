@@ -74,7 +74,11 @@ export function aptUpdate({ arch, force = false } = {}) {
   const fresh = !changed && existsSync(stamp) && Date.now() - statSync(stamp).mtimeMs < 3600_000;
   const opts = aptOptions(arch);
   if (force || !fresh) {
-    execFileSync('apt-get', [...opts, '-qq', 'update'], { stdio: ['ignore', 'ignore', 'inherit'] });
+    try {
+      execFileSync('apt-get', [...opts, '-qq', 'update'], { stdio: ['ignore', 'ignore', 'inherit'] });
+    } catch (e) {
+      throw new Error(`apt-get update with the private configuration in ${aptDir} failed (exit ${e.status ?? e.signal})`);
+    }
     writeFileSync(stamp, new Date().toISOString() + '\n');
   }
   return opts;
