@@ -10,6 +10,16 @@ export const packageRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..'
 export const LIBRARY_FILE = 'libmimalloc-pprof.so';
 
 /**
+ * The folder of the native build for this Node's architecture: build/linux-<arch> where a
+ * cross build for it exists (an arm64 Node under emulation on an x86-64 machine:
+ * scripts/cross.mjs builds into build/linux-arm64), build/ otherwise (the native build).
+ */
+export function nativeBuildDir(root = packageRoot): string {
+  const cross = join(root, 'build', `${process.platform}-${process.arch}`);
+  return existsSync(join(cross, LIBRARY_FILE)) ? cross : join(root, 'build');
+}
+
+/**
  * The command that builds the native parts: installed as a dependency (whose install script
  * did not run, e.g. `npm install --ignore-scripts`), `npm rebuild mimalloc-pprof` in the
  * project; in a checkout, `npm install` in it.
@@ -32,7 +42,7 @@ export function libraryPath(env: NodeJS.ProcessEnv = process.env): string {
     }
     return resolve(override);
   }
-  const built = join(packageRoot, 'build', LIBRARY_FILE);
+  const built = join(nativeBuildDir(), LIBRARY_FILE);
   if (!existsSync(built)) {
     throw new LibraryMissingError(
       `the preload library is not built (${built} is missing): ${buildHint()}`,
@@ -45,7 +55,7 @@ export const ADDON_FILE = 'mimalloc_pprof.node';
 
 /** Absolute path of the Node-API addon that reaches the preload library from JavaScript. */
 export function addonPath(): string {
-  const built = join(packageRoot, 'build', ADDON_FILE);
+  const built = join(nativeBuildDir(), ADDON_FILE);
   if (!existsSync(built)) {
     throw new LibraryMissingError(`the Node addon is not built (${built} is missing): ${buildHint()}`);
   }
