@@ -658,9 +658,14 @@ static unsigned rule_walk(mp_unwind_walk_t* walk, uintptr_t* frames, unsigned ma
     if (r.kind == MP_RULE_CFI) {
       cfa = (r.cfa_rbp ? fp : sp) + (uintptr_t)(intptr_t)r.cfa_off;
 #if defined(__aarch64__)
-      /* after a frame-pointer step sp is only a lower bound (the frame record sits at the
-       * bottom of its frame): an sp-based rule cannot be taken from it */
-      if (!sp_exact && !r.cfa_rbp) goto by_fp;
+      /* After a frame-pointer step sp is only a lower bound (the frame record sits at the
+       * bottom of its frame): an sp-based rule is taken from x29 where the frame keeps its
+       * record there (x29 and x30 saved side by side: CFA = x29 - fp_off), else not at all
+       * (libgcc's unwinder then finishes the stack). */
+      if (!sp_exact && !r.cfa_rbp) {
+        if (r.fp_off == 0 || r.ra_words == 0 || 8 * (int)r.ra_words != -(r.fp_off + 8)) break;
+        cfa = fp - (uintptr_t)(intptr_t)r.fp_off;
+      }
       if (r.ra_words == 0) { /* still in x30: only the interrupted frame of a signal frame */
         if (lr_at == 0 || cfa < sp || cfa > hi || (cfa & 7) != 0) break;
         ra_at = lr_at;
@@ -686,9 +691,6 @@ static unsigned rule_walk(mp_unwind_walk_t* walk, uintptr_t* frames, unsigned ma
       ra_at = cfa - sizeof(uintptr_t);
       next_fp = memo_read(st, at_fp);
     } else {
-#if defined(__aarch64__)
-    by_fp:
-#endif
       if (fp < sp || fp > hi - 2 * sizeof(uintptr_t) || (fp & 7) != 0) break;
       cfa = fp + 2 * sizeof(uintptr_t);
       ra_at = cfa - sizeof(uintptr_t);
