@@ -22,7 +22,7 @@ const FILES = (process.env.MIMALLOC_PPROF_TEST_ARM64_FILES?.split(',') ?? [
   'native/sampling.test.js',
   'native/unwind.test.js',
   'native/direct.test.js',
-//  'arm64/arm64.test.js',
+  'arm64/node.arm64.js',
 ]);
 
 const t0 = Date.now();
