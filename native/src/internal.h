@@ -606,7 +606,7 @@ void mp_fork_install(void);
 /* ---- signals.c: the profile when SIGINT, SIGTERM, SIGHUP or SIGQUIT ends the program ---- */
 void mp_signals_install(bool with_exit_profile); /* at load, in a process the profiler watches */
 /* Signals held back on this thread while it held a profiler lock (signals.c hold_back), bit
- * sig-1: unblocked, so delivered, when it releases its last (mp_unlock). */
+ * sig-1: blocked on this thread until it releases its last lock (mp_unlock), then delivered in order. */
 extern __thread uint64_t mp_held_signals __attribute__((tls_model("initial-exec")));
 void mp_signals_release(void);
 void mp_signals_child_forget(void); /* fork child */

@@ -50,6 +50,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <ucontext.h>
@@ -434,40 +435,157 @@ static bool duplicate(int sig, const siginfo_t* info) {
 
 /* Held back while this thread holds a profiler lock (mp_locks_held): a handler that ended with
  * siglongjmp would take the lock with it, and the table it guards could be half-changed. The
- * signal is queued again to this thread with its siginfo (rt_tgsigqueueinfo) and blocked in
- * the interrupted code's mask, so the kernel delivers it, with everything the program asked
- * for (mask, flags, alternate stack, a context of its own), when the last lock is released
- * (mp_signals_release). A section holds a lock for a few hash operations; a dump for a shard's
- * walk. The faults and SIGABRT are not held (wrapped_signal): they are not this file's. */
+ * signal is blocked on this thread at once (so that an SA_NODEFER handler's signal cannot come
+ * back into this wrapper for as long as the lock is held) and in the interrupted code's mask,
+ * and its siginfo is kept here, in the order signals came. At the last release
+ * (mp_signals_release) each is queued again to this thread ahead of the instances of the same
+ * signal that came while it was blocked, and unblocked: the kernel delivers it, with
+ * everything the program asked for (mask, flags, alternate stack, a context of its own), and
+ * then the later ones, in their order, none lost (a standard signal pends once: its later
+ * instance is queued after the first was delivered). A section holds a lock for a few hash
+ * operations; a dump for a shard's walk. The faults and SIGABRT are not held (wrapped_signal):
+ * they are not this file's.
+ *
+ * Invariants: a signal with an entry in `held` or a bit in mp_held_signals is blocked on this
+ * thread; entries are appended only while a lock is held, and taken only when none is. */
+#define HELD_MAX 4 /* kept in order; a further one is queued to the kernel at once */
+static __thread struct {
+  unsigned n;
+  siginfo_t info[HELD_MAX];
+} held __attribute__((tls_model("initial-exec")));
+/* Instances of a held signal that the kernel queued while it was blocked, taken back to be put
+ * behind it: at most this many (a buffer mapped for the release, so that no thread carries it). */
+#define LATER_MAX 1024
+
+static inline uint64_t sig_bit(int sig) { return (uint64_t)1 << (sig - 1); }
+static inline bool is_standard(int sig) { return sig < 32; } /* the kernel's: pends once */
+
+static void block_here(uint64_t bits) { (void)syscall(SYS_rt_sigprocmask, SIG_BLOCK, &bits, NULL, sizeof(bits)); }
+static void unblock_here(uint64_t bits) { (void)syscall(SYS_rt_sigprocmask, SIG_UNBLOCK, &bits, NULL, sizeof(bits)); }
+static bool queue_here(siginfo_t* info) {
+  pid_t pid = (pid_t)syscall(SYS_getpid), tid = (pid_t)syscall(SYS_gettid);
+  return syscall(SYS_rt_tgsigqueueinfo, pid, tid, info->si_signo, info) == 0 || syscall(SYS_tgkill, pid, tid, info->si_signo) == 0;
+}
+
 static bool hold_back(int sig, const siginfo_t* info, void* context) {
   if (mp_locks_held() == 0 || context == NULL || info == NULL) return false;
 #ifdef MP_TEST_HOOKS
   if (mp_test_hook("MP_TEST_NO_SIGNAL_HOLD")) return false; /* the hostile-signals test's control */
 #endif
   int saved = errno;
-  siginfo_t again = *info;
-  pid_t pid = (pid_t)syscall(SYS_getpid), tid = (pid_t)syscall(SYS_gettid);
-  if (syscall(SYS_rt_tgsigqueueinfo, pid, tid, sig, &again) != 0 && syscall(SYS_tgkill, pid, tid, sig) != 0) {
+#ifdef MP_TEST_HOOKS
+  if (mp_test_hook("MP_TEST_REQUEUE_HOLD")) { /* the queued test's control: the first hold, queued again at once, not blocked here */
+    siginfo_t again = *info;
+    again.si_signo = sig;
+    bool queued = queue_here(&again);
+    if (queued) {
+      sigaddset(&((ucontext_t*)context)->uc_sigmask, sig);
+      mp_held_signals |= sig_bit(sig);
+    }
     errno = saved;
-    return false; /* not queued: better now than never */
+    return queued;
   }
+#endif
+  block_here(sig_bit(sig));
   sigaddset(&((ucontext_t*)context)->uc_sigmask, sig);
-  mp_held_signals |= (uint64_t)1 << (sig - 1);
+  unsigned k = held.n;
+  if (k < HELD_MAX) {
+    held.n = k + 1; /* reserved before it is filled: a signal in between takes the next */
+    atomic_signal_fence(memory_order_seq_cst);
+    held.info[k] = *info;
+    held.info[k].si_signo = sig;
+  } else {
+    siginfo_t again = *info;
+    again.si_signo = sig;
+    if (!queue_here(&again)) {
+      unblock_here(sig_bit(sig));
+      sigdelset(&((ucontext_t*)context)->uc_sigmask, sig);
+      errno = saved;
+      return false; /* not queued: better now than never */
+    }
+  }
+  atomic_signal_fence(memory_order_seq_cst);
+  mp_held_signals |= sig_bit(sig);
   errno = saved;
   return true;
 }
 
+/* Delivers the oldest held signal and the instances of it that came since, in order. Its
+ * signal is blocked on entry; unblocked on return unless another held entry still needs it. */
+static void deliver_oldest(void) {
+  siginfo_t first = held.info[0];
+  int sig = first.si_signo;
+  for (unsigned i = 1; i < held.n; i++) held.info[i - 1] = held.info[i];
+  held.n--;
+  bool more = false;
+  for (unsigned i = 0; i < held.n; i++) more |= held.info[i].si_signo == sig;
+  if (more) { /* the next entry of this signal follows it, still blocked */
+    (void)queue_here(&first);
+    return;
+  }
+  /* take back what the kernel queued meanwhile, to put it behind `first` */
+  siginfo_t* later = NULL;
+  unsigned n = 0;
+  uint64_t set = sig_bit(sig);
+  struct timespec now = {0, 0};
+  if (syscall(SYS_rt_sigpending, &set, sizeof(set)) == 0 && (set & sig_bit(sig)) != 0) {
+    void* area = (void*)syscall(SYS_mmap, NULL, LATER_MAX * sizeof(siginfo_t), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if ((uintptr_t)area < (uintptr_t)-4096) {
+      later = area;
+      set = sig_bit(sig);
+      while (n < LATER_MAX && syscall(SYS_rt_sigtimedwait, &set, &later[n], &now, sizeof(set)) == sig) n++;
+    }
+  }
+  (void)queue_here(&first);
+  if (!is_standard(sig))
+    for (unsigned i = 0; i < n; i++) (void)queue_here(&later[i]); /* a queue: in order */
+  mp_held_signals &= ~sig_bit(sig);
+  atomic_signal_fence(memory_order_seq_cst);
+  unblock_here(sig_bit(sig)); /* delivered here */
+  if (is_standard(sig))
+    for (unsigned i = 0; i < n; i++) (void)queue_here(&later[i]); /* pends once: one by one, delivered at once */
+  if (later != NULL) (void)syscall(SYS_munmap, later, LATER_MAX * sizeof(siginfo_t));
+}
+
 void mp_signals_release(void) {
-  uint64_t held = mp_held_signals;
-  mp_held_signals = 0;
-  uint64_t raw = held; /* the kernel's sigset: bit sig-1 */
   int saved = errno;
-  (void)syscall(SYS_rt_sigprocmask, SIG_UNBLOCK, &raw, NULL, sizeof(raw)); /* delivered here */
+  while (held.n > 0 && mp_locks_held() == 0) deliver_oldest(); /* a handler may hold and release in turn */
+  if (mp_locks_held() == 0) {
+    uint64_t rest = mp_held_signals; /* queued to the kernel at once (more than HELD_MAX) */
+    mp_held_signals = 0;
+    atomic_signal_fence(memory_order_seq_cst);
+    if (rest != 0) unblock_here(rest);
+  }
   errno = saved;
 }
 
-void mp_signals_child_forget(void) {
-  if (mp_held_signals != 0) mp_signals_release(); /* the queued ones were the parent's */
+void mp_signals_child_forget(void) { /* the held ones are the parent's to deliver */
+  held.n = 0;
+  uint64_t rest = mp_held_signals;
+  mp_held_signals = 0;
+  if (rest != 0) unblock_here(rest);
+}
+
+/* One-shot (SA_RESETHAND): SIG_DFL from now on, as the kernel does, its flags kept as the
+ * kernel keeps them. Written as sigaction() writes (`writing` held, every signal blocked), and
+ * only while the view is still the handler being run: another thread's sigaction() since wins. */
+static void reset_to_default(int sig, const struct sigaction* prog) {
+  uint64_t all = ~(uint64_t)0, before = 0;
+  (void)syscall(SYS_rt_sigprocmask, SIG_BLOCK, &all, &before, sizeof(all));
+  while (atomic_flag_test_and_set_explicit(&writing, memory_order_acquire)) mp_spin_hint();
+  struct sigaction now;
+  read_view(sig, &now);
+  if (now.sa_handler == prog->sa_handler && now.sa_flags == prog->sa_flags) {
+    struct sigaction dfl = *prog;
+    dfl.sa_handler = SIG_DFL;
+    write_view(sig, &dfl);
+    if (!ends_with_profile(sig)) {
+      struct sigaction k = dfl;
+      (void)__sigaction(sig, &k, NULL);
+    }
+  }
+  atomic_flag_clear_explicit(&writing, memory_order_release);
+  (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &before, NULL, sizeof(before));
 }
 
 static void on_signal(int sig, siginfo_t* info, void* context) {
@@ -498,16 +616,7 @@ static void on_signal(int sig, siginfo_t* info, void* context) {
     die_by(sig);
     return;
   }
-  if (prog.sa_flags & SA_RESETHAND) { /* one-shot: SIG_DFL from now on, as the kernel does */
-    struct sigaction dfl = prog;
-    dfl.sa_handler = SIG_DFL;
-    dfl.sa_flags &= ~(SA_SIGINFO | SA_RESETHAND);
-    write_view(sig, &dfl);
-    if (!ends_with_profile(sig)) {
-      struct sigaction k = dfl;
-      (void)__sigaction(sig, &k, NULL);
-    }
-  }
+  if (prog.sa_flags & SA_RESETHAND) reset_to_default(sig, &prog);
   if (prog.sa_flags & SA_SIGINFO) prog.sa_sigaction(sig, info, context);
   else prog.sa_handler(sig);
 }

@@ -254,6 +254,7 @@ typedef struct memo_step_s {
   bool exact;
 #if defined(__aarch64__)
   bool inexact; /* sp came from a frame record (a lower bound): the rules' walk takes sp-based steps by the chain */
+  uintptr_t lr_at; /* where the last signal frame saved x30 (a leaf's return address is read there) */
 #endif
 } memo_step_t;
 
@@ -274,6 +275,7 @@ typedef struct memo_use_s {
   bool kept;     /* `record` holds the whole walk all the same (its steps, then the memo's) */
 #if defined(__aarch64__)
   bool inexact; /* the walk's state at the step under way (memo_step_t) */
+  uintptr_t lr_at;
 #endif
 } memo_use_t;
 
@@ -576,7 +578,7 @@ static __attribute__((noinline)) bool memo_take(memo_use_t* u, uintptr_t* frames
   const memo_step_t* st = &m->step[j];
   if (st->sp != sp || st->pc != pc || st->fp != fp || st->exact != exact) return false;
 #if defined(__aarch64__)
-  if (st->inexact != u->inexact) return false;
+  if (st->inexact != u->inexact || st->lr_at != u->lr_at) return false;
 #endif
   unsigned k = *n - 1;
   bool ended_by_max = m->n > m->steps; /* its last frame came from a step it never took */
@@ -637,6 +639,7 @@ static unsigned rule_walk(mp_unwind_walk_t* walk, uintptr_t* frames, unsigned ma
   while (n < max) {
 #if defined(__aarch64__)
     u->inexact = !sp_exact;
+    u->lr_at = lr_at;
 #endif
     if (u->last != NULL && memo_take(u, frames, &n, max, pc, sp, fp, exact, complete)) return n;
     memo_step_t* st = NULL;
@@ -649,6 +652,7 @@ static unsigned rule_walk(mp_unwind_walk_t* walk, uintptr_t* frames, unsigned ma
       st->cells = 0;
 #if defined(__aarch64__)
       st->inexact = !sp_exact;
+      st->lr_at = lr_at;
 #endif
     }
     steps++;

@@ -90,7 +90,7 @@ static void note_unlock(const mp_lock_t* lock) {
 
 void mp_locks_forget(void) { held_locks.depth = 0; }
 unsigned mp_locks_held(void) { return held_locks.depth; }
-static inline void note_released(void) {}
+static inline void note_released(void) { atomic_signal_fence(memory_order_seq_cst); } /* as below */
 #else
 /* Production builds count them: a sampler section that a signal handler left by siglongjmp is
  * taken up again only when it held no lock, and a signal that lands while one is held is held
@@ -106,6 +106,8 @@ static inline void note_unlock(const mp_lock_t* lock) { (void)lock; }
 static inline void note_released(void) {
   atomic_signal_fence(memory_order_seq_cst);
   held_count--;
+  atomic_signal_fence(memory_order_seq_cst); /* stored before mp_held_signals is read: a signal
+                                                 between would be held with no release to come */
 }
 void mp_locks_forget(void) { held_count = 0; }
 unsigned mp_locks_held(void) { return held_count; }

@@ -144,3 +144,38 @@ test('positive control: without the recovery (MP_TEST_NO_SAMPLE_RECOVERY=1) SIGT
   t.diagnostic(`control: ${ending(r)}; ${r.stdout.trim().replace(/\n/g, ' ')}`);
   assert.ok(out.has('still_alive') || r.timedOut, `the control ended: ${ending(r)}`);
 });
+
+// ---- signals aimed at a thread while it holds profiler locks ------------------------------------
+
+function queued(r: GateRun): { ok: boolean; inOrder: boolean; line: string } {
+  const out = new KV(r.stdout);
+  const line = `${ending(r)}; ${r.stdout.trim().replace(/\n/g, ' ')}`;
+  const ran = r.status === 0 && out.has('pair_first_lost');
+  // Every queued real-time signal is delivered, and the program's SA_NODEFER handler runs (standard signals merge while
+  // they pend, so not all 100 000). Order: a held instance is queued again ahead of those the kernel queued meanwhile, but
+  // one sent during those few system calls can still come before it (measured: 3-10 of 32 000, each allocation sampled);
+  // the first mechanism put 7 % out of order. Below 1 % of the sent is what the re-queue allows, not a tuned figure.
+  const ok = ran && out.num('nodefer_seen') > 0 && out.num('rt_seen') === out.num('rt_sent');
+  const inOrder = ran && out.num('rt_out_of_order') < out.num('rt_sent') / 100 && out.num('pair_first_lost') < 100;
+  return { ok, inOrder, line };
+}
+const queuedEnv = { MIMALLOC_PROF: '1', MIMALLOC_PROF_SAMPLE_INTERVAL: '64' };
+
+// A held signal is blocked on its thread at once and kept in order (signals.c hold_back): an SA_NODEFER handler's signal
+// cannot come back into the wrapper while the lock is held (it recursed until the stack ran out), a real-time signal
+// queued meanwhile goes behind it, a standard one pending meanwhile does not swallow it.
+test('signals sent to a thread holding profiler locks: SA_NODEFER handlers run, every real-time signal arrives, nearly all in order', (t) => {
+  const glibc = queued(runPlain(['queued']));
+  t.diagnostic(`glibc: ${glibc.line}`);
+  assert.ok(glibc.ok && glibc.inOrder, `the reference: ${glibc.line}`);
+  const on = queued(runUnder(productionDir, plainFixture(), ['queued'], queuedEnv, TIMEOUT_MS));
+  t.diagnostic(`preloaded, every allocation sampled: ${on.line}`);
+  assert.ok(on.ok, on.line);
+  assert.ok(on.inOrder, on.line);
+});
+
+test('positive control: queued again at once and not blocked (MP_TEST_REQUEUE_HOLD=1) crashes or reorders', (t) => {
+  const r = queued(runUnder(buildTestHooks(), plainFixture(), ['queued'], { ...queuedEnv, MP_TEST_REQUEUE_HOLD: '1' }, TIMEOUT_MS));
+  t.diagnostic(`control: ${r.line}`);
+  assert.ok(!(r.ok && r.inOrder), `the control passed: ${r.line}`);
+});
