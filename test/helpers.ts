@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 import { libraryPath, packageRoot } from '../src/preload/library.js';
-import { libDir, testBuildRoot } from './mimalloc.js';
+import { execWrapper, libDir, targetCC, targetCXX, testBuildRoot } from './mimalloc.js';
 
 export const root = packageRoot;
 export const fixturesDir = join(root, 'test', 'native', 'fixtures');
@@ -27,7 +27,7 @@ export function fixture(name: string, opts: { flags?: string[]; libs?: string[];
   const out = join(buildDir, `${name}${opts.variant ?? ''}`);
   mkdirSync(buildDir, { recursive: true });
   if (existsSync(out) && statSync(out).mtimeMs >= statSync(src).mtimeMs) return out;
-  const compiler = src === c ? 'cc' : 'g++';
+  const compiler = src === c ? targetCC : targetCXX;
   const lang = src === c ? ['-std=gnu11'] : ['-std=c++17'];
   const args = [
     ...lang,
@@ -66,11 +66,18 @@ function asRun(r: SpawnSyncReturns<string>): Run {
   return { status: r.status, signal: r.signal, stdout: r.stdout, stderr: r.stderr };
 }
 
+/** A program built for the target, as started on this machine: through the cross pass's
+ * emulator (test/mimalloc.ts execWrapper), as is where there is none. This Node stays as is. */
+export function targetArgv(cmd: string, args: string[]): [string, string[]] {
+  if (execWrapper.length === 0 || cmd === process.execPath) return [cmd, args];
+  return [execWrapper[0]!, [...execWrapper.slice(1), cmd, ...args]];
+}
+
 /** Runs a command with the preload library and the given MIMALLOC_* variables. */
 export function runPreloaded(cmd: string, args: string[], env: Record<string, string> = {}, timeoutMs = 120_000): Run {
   const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('MIMALLOC_')));
   return asRun(
-    spawnSync(cmd, args, {
+    spawnSync(...targetArgv(cmd, args), {
       encoding: 'utf8',
       env: { ...clean, LD_PRELOAD: libraryPath(), ...env },
       timeout: timeoutMs,

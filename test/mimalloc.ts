@@ -13,8 +13,17 @@ const prefix = process.env.MIMALLOC_PPROF_TEST_PREFIX ?? '';
 /** The directory of the production library under test (build/, or build/mi3). */
 export const libDir = dirname(libraryPath());
 
+/** A cross pass (scripts/test-arm64.mjs): the target's C and C++ compilers, and the command
+ * (JSON argv, e.g. qemu-aarch64 -L <sysroot>) that every program built for it is started with. */
+export const targetCC = process.env.MIMALLOC_PPROF_TEST_CC ?? 'cc';
+export const targetCXX = process.env.MIMALLOC_PPROF_TEST_CXX ?? 'g++';
+export const execWrapper: readonly string[] = JSON.parse(process.env.MIMALLOC_PPROF_TEST_EXEC_WRAPPER || '[]') as string[];
+
 /** Extra `make -C native` variables for test builds (test hooks, sanitizers, debug). */
-export const makeVars: readonly string[] = prefix === '' ? [] : [`MIMALLOC_PREFIX=${prefix}`];
+export const makeVars: readonly string[] = [
+  ...(prefix === '' ? [] : [`MIMALLOC_PREFIX=${prefix}`]),
+  ...(process.env.MIMALLOC_PPROF_TEST_CC ? [`CC=${targetCC}`] : []),
+];
 
 /** Where test builds go: build/ for the system mimalloc, build/mi3 for the second pass. */
 export const testBuildRoot = prefix === '' ? join(packageRoot, 'build') : libDir;

@@ -37,6 +37,14 @@
 #define mp_noinline __attribute__((noinline))
 
 /* ---- util.c: a spinlock that never allocates and survives fork (see process.c) ---- */
+/* The processor's hint inside a spin-wait loop: x86's pause, AArch64's yield. */
+static inline void mp_spin_hint(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield" ::: "memory");
+#endif
+}
 typedef struct mp_lock_s {
   atomic_int held;
   int level; /* mp_lock_level_t (debug.h): fixed where the lock is defined */
@@ -218,9 +226,29 @@ typedef struct caller_s {
 /* Entry points leave rbp alone and reach the slow paths by tail jumps, so a slow path's own
  * frame sits right on the caller's: its saved rbp is the caller's rbp, its return address
  * the caller's pc, and the caller's stack pointer is just above. */
+#if defined(__aarch64__)
+/* AArch64: the frame record {x29, x30} sits at the bottom of the slow path's frame, so the
+ * caller's stack pointer is the slow path's CFA (the tail jump and the call push nothing). */
+#define CALLER_OF(frame, ra_)                                                                       \
+  (mp_assert(((void**)(frame))[1] == (ra_)),                                                         \
+   (caller_t){.ra = (ra_), .sp = (uintptr_t)__builtin_dwarf_cfa(), .fp = (uintptr_t)((void**)(frame))[0]})
+#else
 #define CALLER_OF(frame, ra_)                                                                       \
   (mp_assert(((void**)(frame))[1] == (ra_)),                                                         \
    (caller_t){.ra = (ra_), .sp = (uintptr_t)((void**)(frame) + 2), .fp = (uintptr_t)((void**)(frame))[0]})
+#endif
+
+/* A return address as code: AArch64's pointer authentication may have signed it (the high
+ * bits); xpaclri (hint space: a no-op on processors without it) strips them. */
+static inline uintptr_t mp_strip_ra(uintptr_t ra) {
+#if defined(__aarch64__)
+  register uintptr_t x30 __asm__("x30") = ra;
+  __asm__("hint #7" : "+r"(x30)); /* xpaclri */
+  return x30;
+#else
+  return ra;
+#endif
+}
 
 /* The caller's stack in a sampler section (the calling thread is outside the profiler), cut
  * where the walk would leave the frame at stop_sp (0: not cut). */
@@ -328,8 +356,8 @@ void mp_resident_fork_parent(void);
 void mp_resident_fork_child(void);
 uint64_t mp_profiler_resident(void); /* the library's own anonymous memory resident now (mi_prof_resident_t) */
 
-/* ---- unwind.c: per-address unwind rules from .eh_frame (x86-64, glibc >= 2.35) ---- */
-#if defined(__x86_64__) && defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+/* ---- unwind.c: per-address unwind rules from .eh_frame (x86-64 and aarch64, glibc >= 2.35) ---- */
+#if (defined(__x86_64__) || defined(__aarch64__)) && defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
 #define MP_UNWIND_CFI 1
 #else
 #define MP_UNWIND_CFI 0
@@ -341,7 +369,15 @@ typedef struct mp_unwind_rule_s {
   int16_t fp_off;  /* CFI: rbp saved at CFA + fp_off, 0: unchanged; DRAP: rbp saved at rbp + fp_off */
   uint8_t kind;    /* MP_RULE_FP: take the step by the frame-pointer chain; MP_RULE_END: outermost;
                       MP_RULE_SIGNAL: a signal frame, the interrupted registers in its ucontext */
+#if defined(__aarch64__)
+  /* AArch64 (rbp above reads x29, rsp sp): the return address is saved at CFA - 8 * ra_words
+   * (the frame record's x30 beside x29), or still in x30 (ra_words 0: only at a function's
+   * first instructions, which a walk meets only right after a signal frame). */
+  uint8_t cfa_rbp : 1;
+  uint8_t ra_words : 7;
+#else
   bool cfa_rbp;
+#endif
 } mp_unwind_rule_t;
 _Static_assert(sizeof(mp_unwind_rule_t) == 8, "a rule packs into one cache word");
 /* One walk's state: the page ranges its misses read through objects' mappings, handed back

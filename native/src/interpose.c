@@ -430,14 +430,14 @@ EXPORT int pthread_mutex_unlock(pthread_mutex_t* mutex) {
 }
 
 /* ---- mmap, munmap and mremap: which mappings are mimalloc's (resident.c) ------------------
- * Straight to the kernel, as glibc's own wrappers do on x86-64 (they only turn the result into
+ * Straight to the kernel, as glibc's own wrappers do on x86-64 and aarch64 (they only turn the result into
  * errno): glibc exports no other public name for them, and mimalloc maps during its own
  * initialisation, before any constructor of this library, where no lookup may run. Off
- * x86-64 glibc nothing is interposed, and the RSS breakdown says mimalloc's part is unknown.
+ * x86-64 and aarch64 glibc nothing is interposed, and the RSS breakdown says mimalloc's part is unknown.
  * The record is told before a call that frees addresses and after it (resident.h): after
  * alone, another thread could be given the addresses in between. errno and the result are
  * the system call's, whatever the record does. */
-#if defined(__x86_64__) && defined(__GLIBC__)
+#if (defined(__x86_64__) || defined(__aarch64__)) && defined(__GLIBC__)
 #include <stdarg.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>

@@ -48,9 +48,13 @@
  * before 2.34). glibc exports the same function as __pthread_mutex_unlock at its base
  * version; a versioned reference reaches it without reaching this library's own
  * pthread_mutex_unlock. Elsewhere the lookup happens on first use. */
-#if defined(__x86_64__) && defined(__GLIBC__)
+#if (defined(__x86_64__) || defined(__aarch64__)) && defined(__GLIBC__)
 extern int mp_glibc_mutex_unlock(pthread_mutex_t* mutex);
+#if defined(__x86_64__)
 __asm__(".symver mp_glibc_mutex_unlock, __pthread_mutex_unlock@GLIBC_2.2.5");
+#else /* aarch64's base version */
+__asm__(".symver mp_glibc_mutex_unlock, __pthread_mutex_unlock@GLIBC_2.17");
+#endif
 int (*mp_libc_mutex_unlock)(pthread_mutex_t* mutex) = mp_glibc_mutex_unlock;
 #else
 static int unlock_first(pthread_mutex_t* mutex);
@@ -224,11 +228,7 @@ static mp_pool_entry_t* wrap_tail(pool_queue_t* head, unsigned queue) {
   return e;
 }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
+static inline void cpu_relax(void) { mp_spin_hint(); }
 
 /* Whether an entry's frames are published. A pool thread can take an item the instant the
  * poster releases the mutex, before the poster has stored its stack (about a microsecond):

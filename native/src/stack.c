@@ -252,6 +252,9 @@ typedef struct memo_step_s {
   uintptr_t at[3], val[3]; /* the words it read (a signal frame's three, else up to two) */
   uint8_t cells;
   bool exact;
+#if defined(__aarch64__)
+  bool inexact; /* sp came from a frame record (a lower bound): the rules' walk takes sp-based steps by the chain */
+#endif
 } memo_step_t;
 
 typedef struct walk_memo_s {
@@ -269,6 +272,9 @@ typedef struct memo_use_s {
   unsigned next; /* the first step of `last` not yet passed */
   bool hit;      /* the walk's end was taken from `last` */
   bool kept;     /* `record` holds the whole walk all the same (its steps, then the memo's) */
+#if defined(__aarch64__)
+  bool inexact; /* the walk's state at the step under way (memo_step_t) */
+#endif
 } memo_use_t;
 
 typedef struct mp_scratch_s {
@@ -408,7 +414,7 @@ static unsigned fp_walk(uintptr_t* frames, unsigned n, unsigned max, uintptr_t f
       break;
     }
     uintptr_t next = ((uintptr_t*)fp)[0];
-    uintptr_t ret = ((uintptr_t*)fp)[1];
+    uintptr_t ret = mp_strip_ra(((uintptr_t*)fp)[1]);
     if (ret < 4096) break;
     frames[n++] = ret;
     if (next != 0 && next <= fp) {
@@ -569,6 +575,9 @@ static __attribute__((noinline)) bool memo_take(memo_use_t* u, uintptr_t* frames
   unsigned j = u->next;
   const memo_step_t* st = &m->step[j];
   if (st->sp != sp || st->pc != pc || st->fp != fp || st->exact != exact) return false;
+#if defined(__aarch64__)
+  if (st->inexact != u->inexact) return false;
+#endif
   unsigned k = *n - 1;
   bool ended_by_max = m->n > m->steps; /* its last frame came from a step it never took */
   if (ended_by_max && k < j) return false; /* this walk would go on beyond what the memo knows */
@@ -621,7 +630,14 @@ static unsigned rule_walk(mp_unwind_walk_t* walk, uintptr_t* frames, unsigned ma
   *complete = false;
   walk_memo_t* rec = u->record;
   unsigned steps = 0;
+#if defined(__aarch64__)
+  bool sp_exact = true;  /* sp is the frame's own (not a frame record's lower bound) */
+  uintptr_t lr_at = 0;   /* where a signal frame saved x30 */
+#endif
   while (n < max) {
+#if defined(__aarch64__)
+    u->inexact = !sp_exact;
+#endif
     if (u->last != NULL && memo_take(u, frames, &n, max, pc, sp, fp, exact, complete)) return n;
     memo_step_t* st = NULL;
     if (rec != NULL) {
@@ -631,6 +647,9 @@ static unsigned rule_walk(mp_unwind_walk_t* walk, uintptr_t* frames, unsigned ma
       st->fp = fp;
       st->exact = exact;
       st->cells = 0;
+#if defined(__aarch64__)
+      st->inexact = !sp_exact;
+#endif
     }
     steps++;
     mp_unwind_rule_t r;
@@ -641,6 +660,28 @@ static unsigned rule_walk(mp_unwind_walk_t* walk, uintptr_t* frames, unsigned ma
       *complete = true;
       break;
     }
+#if defined(__aarch64__)
+    if (r.kind == MP_RULE_SIGNAL) { /* sp is the kernel's rt_sigframe: siginfo, then the ucontext */
+      uintptr_t uc = sp + sizeof(siginfo_t);
+      if (uc + offsetof(ucontext_t, uc_mcontext.pstate) > hi || (sp & 15) != 0) break;
+      uintptr_t ipc = memo_read(st, uc + offsetof(ucontext_t, uc_mcontext.pc));
+      uintptr_t isp = memo_read(st, uc + offsetof(ucontext_t, uc_mcontext.sp));
+      if (next_lo != 0 && isp >= next_lo && isp < next_hi) { /* off the alternate stack: the thread's own */
+        hi = next_hi;
+        next_lo = 0;
+      } else if (isp <= sp || isp > hi) {
+        break;
+      }
+      if (ipc < 4096) break;
+      frames[n++] = ipc;
+      pc = ipc;
+      sp = isp;
+      fp = memo_read(st, uc + offsetof(ucontext_t, uc_mcontext.regs[29]));
+      lr_at = uc + offsetof(ucontext_t, uc_mcontext.regs[30]); /* for an interrupted leaf */
+      exact = true;
+      continue;
+    }
+#else
     if (r.kind == MP_RULE_SIGNAL) { /* sp is the ucontext the kernel pushed above the handler's return */
       uintptr_t regs = sp + offsetof(ucontext_t, uc_mcontext.gregs);
       if (regs + (REG_RIP + 1) * sizeof(greg_t) > hi || (sp & 7) != 0) break;
@@ -659,9 +700,31 @@ static unsigned rule_walk(mp_unwind_walk_t* walk, uintptr_t* frames, unsigned ma
       exact = true;
       continue;
     }
+#endif
+    uintptr_t ra_at;
     if (r.kind == MP_RULE_CFI) {
       cfa = (r.cfa_rbp ? fp : sp) + (uintptr_t)(intptr_t)r.cfa_off;
+#if defined(__aarch64__)
+      /* After a frame-pointer step sp is only a lower bound (the frame record sits at the
+       * bottom of its frame): an sp-based rule is taken from x29 where the frame keeps its
+       * record there (x29 and x30 saved side by side: CFA = x29 - fp_off), else not at all
+       * (libgcc's unwinder then finishes the stack). */
+      if (!sp_exact && !r.cfa_rbp) {
+        if (r.fp_off == 0 || r.ra_words == 0 || 8 * (int)r.ra_words != -(r.fp_off + 8)) break;
+        cfa = fp - (uintptr_t)(intptr_t)r.fp_off;
+      }
+      if (r.ra_words == 0) { /* still in x30: only the interrupted frame of a signal frame */
+        if (lr_at == 0 || cfa < sp || cfa > hi || (cfa & 7) != 0) break;
+        ra_at = lr_at;
+      } else {
+        if (cfa <= sp || cfa > hi || (cfa & 7) != 0) break;
+        ra_at = cfa - 8 * (uintptr_t)r.ra_words;
+        if (ra_at < sp) break;
+      }
+#else
       if (cfa <= sp || cfa > hi || (cfa & 7) != 0) break;
+      ra_at = cfa - sizeof(uintptr_t);
+#endif
       if (r.fp_off != 0) {
         uintptr_t at = cfa + (uintptr_t)(intptr_t)r.fp_off;
         if (at < sp || at > hi - sizeof(uintptr_t)) break;
@@ -672,19 +735,27 @@ static unsigned rule_walk(mp_unwind_walk_t* walk, uintptr_t* frames, unsigned ma
       if (at_cfa < sp || at_cfa > hi - sizeof(uintptr_t) || at_fp < sp || at_fp > hi - sizeof(uintptr_t)) break;
       cfa = memo_read(st, at_cfa);
       if (cfa <= sp || cfa > hi || (cfa & 7) != 0) break;
+      ra_at = cfa - sizeof(uintptr_t);
       next_fp = memo_read(st, at_fp);
     } else {
       if (fp < sp || fp > hi - 2 * sizeof(uintptr_t) || (fp & 7) != 0) break;
       cfa = fp + 2 * sizeof(uintptr_t);
+      ra_at = cfa - sizeof(uintptr_t);
       next_fp = memo_read(st, fp);
     }
-    mp_assert(cfa - sizeof(uintptr_t) >= sp && cfa <= hi); /* the only two reads stay on the stack */
+    mp_assert(ra_at >= sp && ra_at + sizeof(uintptr_t) <= hi && cfa <= hi); /* the only two reads stay on the stack */
     if (cfa > stop_sp) { /* the next frame lies beyond the cut: the walk is done */
       *complete = true;
       break;
     }
-    uintptr_t ret = memo_read(st, cfa - sizeof(uintptr_t));
+    uintptr_t ret = mp_strip_ra(memo_read(st, ra_at));
     if (ret < 4096) break;
+#if defined(__aarch64__)
+    /* the frame-record step knows only that the caller's sp lies above the record; and x30
+     * held the return address only in the frame the signal interrupted */
+    sp_exact = r.kind == MP_RULE_CFI;
+    lr_at = 0;
+#endif
     frames[n++] = ret;
     pc = ret;
     sp = cfa;
@@ -711,7 +782,7 @@ static __attribute__((noinline)) void check_memo_walk(const uintptr_t* frames, u
   uintptr_t* fresh = (uintptr_t*)s->raw;
   fresh[0] = (uintptr_t)ra;
   bool fresh_complete;
-  s->use = (memo_use_t){NULL, NULL, 0, false, false};
+  s->use = (memo_use_t){.last = NULL, .record = NULL};
   s->walk = (mp_unwind_walk_t)MP_UNWIND_WALK_INIT;
   unsigned m = rule_walk(&s->walk, fresh, max, (uintptr_t)ra, sp, fp, hi, next_lo, next_hi, cut, &fresh_complete, &s->use);
   mp_unwind_walk_end(&s->walk);
@@ -774,7 +845,7 @@ static unsigned capture(uintptr_t* frames, unsigned max, void* ra, uintptr_t sp,
     const walk_memo_t* last = &s->memo[s->memo_now];
     bool fits = last->n != 0 && last->hi == hi && last->next_lo == next_lo && last->next_hi == t->stack_hi &&
                 last->stop_sp == cut && last->max == max;
-    *u = (memo_use_t){fits ? last : NULL, &s->memo[s->memo_now ^ 1], 0, false, false};
+    *u = (memo_use_t){.last = fits ? last : NULL, .record = &s->memo[s->memo_now ^ 1]};
     if (u->last == NULL) prefetch_rules((uintptr_t)ra, sp, fp, hi, max); /* with a memo, most steps need no rule */
     s->walk = (mp_unwind_walk_t)MP_UNWIND_WALK_INIT;
     unsigned n = rule_walk(&s->walk, frames, max, (uintptr_t)ra, sp, fp, hi, next_lo, t->stack_hi, cut, &complete, u);

@@ -49,10 +49,16 @@
 
 #if MP_UNWIND_CFI
 
+#if defined(__aarch64__)
+/* AArch64 DWARF register numbers: x29 (the frame pointer), sp; the return address is x30 */
+#define REG_RBP 29
+#define REG_RSP 31
+#else
 /* x86-64 DWARF register numbers */
 #define REG_RBP 6
 #define REG_RSP 7
-#define REG_RA 16
+#endif
+#define OP_BREG_FP (0x70 + REG_RBP) /* DW_OP_breg<frame pointer> */
 
 /* ---- reading encoded values ------------------------------------------------------------------ */
 typedef struct cursor_s {
@@ -246,7 +252,7 @@ static bool run_cfa(cfa_state_t* s, const cie_t* cie, const cfa_state_t* initial
         cursor_t e = {c.p, c.p + len, false, 0};
         c.p += len;
         int64_t off = 0;
-        s->cfa_deref = rd_u8(&e) == 0x76 /* DW_OP_breg6 */ && (off = rd_sleb(&e), rd_u8(&e) == 0x06) /* DW_OP_deref */ &&
+        s->cfa_deref = rd_u8(&e) == OP_BREG_FP && (off = rd_sleb(&e), rd_u8(&e) == 0x06) /* DW_OP_deref */ &&
                        !e.bad && e.p == e.end;
         s->cfa_other = !s->cfa_deref;
         if (s->cfa_deref) {
@@ -262,7 +268,7 @@ static bool run_cfa(cfa_state_t* s, const cie_t* cie, const cfa_state_t* initial
         cursor_t e = {c.p, c.p + len, false, 0};
         c.p += len;
         int64_t off = 0;
-        bool at_rbp = rd_u8(&e) == 0x76 && (off = rd_sleb(&e), !e.bad) && e.p == e.end;
+        bool at_rbp = rd_u8(&e) == OP_BREG_FP && (off = rd_sleb(&e), !e.bad) && e.p == e.end;
         set_reg(s, reg, at_rbp ? RULE_AT_RBP : RULE_OTHER, off, cie->ra_reg);
         continue;
       }
@@ -295,6 +301,9 @@ static bool run_cfa(cfa_state_t* s, const cie_t* cie, const cfa_state_t* initial
         set_reg(s, reg, RULE_OTHER, 0, cie->ra_reg);
         continue;
       case 0x2e: (void)rd_uleb(&c); continue; /* GNU_args_size */
+#if defined(__aarch64__)
+      case 0x2d: continue; /* AARCH64_negate_ra_state: return addresses are stripped (mp_strip_ra) */
+#endif
       case 0x2f: /* GNU_negative_offset_extended */
         reg = rd_uleb(&c);
         set_reg(s, reg, RULE_OFFSET, -(int64_t)rd_uleb(&c) * cie->data_align, cie->ra_reg);
@@ -455,7 +464,10 @@ static bool rule_from_fde(mp_unwind_walk_t* walk, object_t* o, cie_memo_t* cies,
     out->kind = MP_RULE_END;
     return true;
   }
-  if (s.cfa_deref) { /* DRAP: CFA = *(rbp + off), rbp restored from rbp + k */
+  if (s.cfa_deref) { /* DRAP: CFA = *(rbp + off), rbp restored from rbp + k (GCC on x86-64 only) */
+#if defined(__aarch64__)
+    return false;
+#endif
     if (s.ra_rule != RULE_OFFSET || s.ra_off != -8 || s.fp_rule != RULE_AT_RBP) return false;
     if (s.cfa_off < INT32_MIN || s.cfa_off > INT32_MAX || s.fp_off < INT16_MIN || s.fp_off > INT16_MAX) return false;
     if ((s.cfa_off & 7) != 0 || (s.fp_off & 7) != 0) return false;
@@ -465,9 +477,19 @@ static bool rule_from_fde(mp_unwind_walk_t* walk, object_t* o, cie_memo_t* cies,
     out->fp_off = (int16_t)s.fp_off;
     return true;
   }
+#if defined(__aarch64__)
+  /* x30 saved below the CFA (the frame record), or not yet saved (a function's first
+   * instructions, or a leaf's: the CFA may then be sp itself) */
+  if (s.cfa_other || (s.cfa_reg != REG_RSP && s.cfa_reg != REG_RBP)) return false;
+  if (s.ra_rule == RULE_OFFSET && s.ra_off < 0 && s.ra_off >= -8 * 127 && (s.ra_off & 7) == 0) out->ra_words = (uint8_t)(-s.ra_off / 8);
+  else if (s.ra_rule == RULE_SAME) out->ra_words = 0;
+  else return false;
+  if (s.cfa_off < 0 || s.cfa_off > INT32_MAX) return false;
+#else
   if (s.cfa_other || (s.cfa_reg != REG_RSP && s.cfa_reg != REG_RBP) || s.ra_rule != RULE_OFFSET || s.ra_off != -8)
     return false;
   if (s.cfa_off <= 0 || s.cfa_off > INT32_MAX) return false;
+#endif
   if (s.fp_rule == RULE_OFFSET) {
     if (s.fp_off >= 0 || s.fp_off < INT16_MIN || (s.fp_off & 7) != 0) return false;
     out->fp_off = (int16_t)s.fp_off;
@@ -662,7 +684,7 @@ static object_t* object_of(const uint8_t* hdr, const struct dl_find_object* info
     if (atomic_compare_exchange_strong_explicit(&objects_writer, &held, me, memory_order_acquire, memory_order_relaxed)) break;
     if (held == me) return NULL;
     if (spins < 64) {
-      __builtin_ia32_pause();
+      mp_spin_hint();
       continue;
     }
     int64_t began = atomic_load_explicit(&objects_setup_ns, memory_order_relaxed); /* 0: between its start and its clock */
@@ -719,6 +741,9 @@ static void lookup_uncached(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule
   out->cfa_rbp = false;
   out->cfa_off = 0;
   out->fp_off = 0;
+#if defined(__aarch64__)
+  out->ra_words = 0;
+#endif
 #ifdef MP_TEST_HOOKS
   if (mp_test_hook("MP_TEST_UNWIND_FP_ONLY")) return; /* the unwind test's control: frame pointers only */
 #endif
@@ -838,6 +863,9 @@ void mp_unwind_rule(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule_t* out)
   out->cfa_rbp = false;
   out->cfa_off = 0;
   out->fp_off = 0;
+#if defined(__aarch64__)
+  out->ra_words = 0;
+#endif
 }
 void mp_unwind_child_reinit(void) {}
 void mp_unwind_walk_end(mp_unwind_walk_t* walk) { (void)walk; }

@@ -120,7 +120,7 @@ void mp_lock(mp_lock_t* lock) {
   note_lock(lock);
   for (unsigned spins = 0; !try_take(lock); spins++) {
     if (spins > 64) sched_yield();
-    else __builtin_ia32_pause();
+    else mp_spin_hint();
   }
 }
 
@@ -129,7 +129,7 @@ bool mp_lock_briefly(mp_lock_t* lock) {
   note_lock(lock);
   for (unsigned spins = 0; spins <= 256; spins++) { /* a critical section's length, several times over */
     if (try_take(lock)) return true;
-    __builtin_ia32_pause();
+    mp_spin_hint();
   }
   note_unlock(lock);
   note_released();

@@ -11,6 +11,16 @@ export const packageRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..'
 export const LIBRARY_FILE = 'libmimalloc-pprof.so';
 
 /**
+ * The folder of the native build for this Node's architecture: build/linux-<arch> where a
+ * cross build for it exists (an arm64 Node under emulation on an x86-64 machine:
+ * scripts/cross.mjs builds into build/linux-arm64), build/ otherwise (the native build).
+ */
+export function nativeBuildDir(root = packageRoot): string {
+  const cross = join(root, 'build', `${process.platform}-${process.arch}`);
+  return existsSync(join(cross, LIBRARY_FILE)) ? cross : join(root, 'build');
+}
+
+/**
  * The command that builds the native parts: installed as a dependency (whose install script
  * did not run, e.g. `npm install --ignore-scripts`), `npm rebuild mimalloc-pprof` in the
  * project; in a checkout, `npm install` in it.
@@ -82,13 +92,13 @@ export function unsupportedHint(name = platformName()): string {
 }
 
 /**
- * The folder the native files come from: `build/` when it holds a library built from source
+ * The folder the native files come from: `build/` (or build/linux-<arch>, nativeBuildDir) when it holds a library built from source
  * (the package's install builds one only when no prebuilt package fits, or when asked with
  * MIMALLOC_PPROF_BUILD_FROM_SOURCE=1), else the prebuilt package of this platform. Throws the
  * error naming the fix when neither is there.
  */
 export function nativeSource(root = packageRoot): NativeSource {
-  const build = join(root, 'build');
+  const build = nativeBuildDir(root);
   if (existsSync(join(build, LIBRARY_FILE))) return { dir: build, kind: 'build' };
   const p = prebuiltPackage(root);
   if (p !== undefined && 'error' in p) throw new LibraryMissingError(p.error);

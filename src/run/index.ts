@@ -21,7 +21,7 @@ import { Profile as ProfileCodec } from 'pprof-format';
 
 import { UsageError } from '../errors.js';
 import { denoExecutable, isNodeProgram, preloadObstacle, which } from '../preload/launch.js';
-import { addonPath, libraryPath, packageRoot } from '../preload/library.js';
+import { ADDON_FILE, addonPath, libraryPath, packageRoot } from '../preload/library.js';
 import { encodeHeapText, encodeProfile, findSampleType, totalValue } from '../profile/index.js';
 import { writeFileAtomic } from '../profile/files.js';
 import { mergeJsHeap, type V8SamplingHeapProfile } from '../profile/js-heap.js';
@@ -184,7 +184,10 @@ function programEnv(opts: RunOptions, runDir: string, isNode: boolean): NodeJS.P
     env.MIMALLOC_PROF_PERF_MAP = '1';
     // Any process of the run may be Node (npx, shebang scripts, children): the options are
     // inert elsewhere. They name JIT and interpreted frames, and dump before teardown.
-    env.MIMALLOC_PPROF_ADDON = addonPath();
+    // the addon built with the preloaded library (MIMALLOC_PPROF_LIB may name another
+    // architecture's build, e.g. build/linux-arm64 for an arm64 Node under emulation)
+    const beside = join(dirname(libraryPath()), ADDON_FILE);
+    env.MIMALLOC_PPROF_ADDON = existsSync(beside) ? beside : addonPath();
     if (!opts.gc) env.MIMALLOC_PPROF_NO_GC = '1';
     if (!opts.jsHeap) env.MIMALLOC_PPROF_JS_HEAP = '0';
     if (opts.mainOnly && !isNode) return env;

@@ -16,14 +16,20 @@ import { release } from 'node:os';
 import { join } from 'node:path';
 
 import { fixture, root as repoRoot } from '../helpers.js';
-import { mimallocLabel } from '../mimalloc.js';
+import { execWrapper, mimallocLabel } from '../mimalloc.js';
 import { buildTestHooks, KV, runUnder } from '../reliability/util.js';
 
 const NO_BUILTIN = ['-fno-builtin-malloc', '-fno-builtin-free', '-fno-builtin-calloc', '-fno-builtin-realloc'];
 const ENV = { MIMALLOC_PROF: '1', MIMALLOC_PROF_SAMPLE_INTERVAL: '4096', MIMALLOC_PROF_SEED: '3', MP_TEST_UNWIND_CHECK: '1' };
 
+// Under qemu-user (the arm64 pass) a signal handler returns to the emulator's own trampoline, which
+// has no call-frame information (QEMU 7.2 has no vDSO for aarch64; Linux's has, marked as a signal
+// frame): libgcc knows the trampoline by its instructions, the walk does not, so there the fixture
+// raises no signals (docs/platforms.md, Linux arm64).
+const QEMU_ENV: Record<string, string> = execWrapper.length > 0 ? { UNWIND_NO_SIGNALS: '1' } : {};
+
 function tally(bin: string, env: Record<string, string> = {}) {
-  const r = runUnder(buildTestHooks(), bin, ['60'], { ...ENV, ...env }, 120_000);
+  const r = runUnder(buildTestHooks(), bin, ['60'], { ...ENV, ...QEMU_ENV, ...env }, 120_000);
   assert.equal(r.status, 0, r.stderr);
   const line = r.stderr.split('\n').find((l) => l.startsWith('unwind check:')) ?? '';
   const kv = new KV(line.replace('unwind check:', '').trim().split(/\s+/).join('\n'));
@@ -93,7 +99,11 @@ test('positive control: frame-pointer steps alone, without the fallback (MP_TEST
 //   thread's in their start wrappers, from pthread_getattr_np;
 // - the unwind rules, read through the objects' mappings, whose pages each walk hands back
 //   (given_back); MP_TEST_UNWIND_KEEP_PAGES=1 keeps them, and the stacks are the same.
-const query = kernelHasMapQuery();
+// qemu-user answers /proc/self/maps from a file of its own (the ioctl never reaches the kernel); and
+// Debian's arm64 binutils keep .eh_frame in the executable text segment, whose pages are never handed
+// back (unwind.c givable_range): on the arm64 pass nothing is, and the stacks are still libgcc's.
+const cross = execWrapper.length > 0;
+const query = kernelHasMapQuery() && !cross;
 const sources: { title: string; env: Record<string, string>; boundsByQuery: boolean; handsBack: boolean }[] = [
   { title: 'main thread\'s bounds by PROCMAP_QUERY where the kernel has it, pages handed back', env: {}, boundsByQuery: query, handsBack: true },
   { title: 'main thread\'s bounds from the text of /proc/self/maps (MP_TEST_MAPS_TEXT=1)', env: { MP_TEST_MAPS_TEXT: '1' }, boundsByQuery: false, handsBack: true },
@@ -110,7 +120,7 @@ for (const c of sources) {
     assert.equal(c.boundsByQuery ? r.boundsText : r.boundsQuery, 0);
     assert.ok(r.boundsAttr >= 2, 'the pthread and the C11 thread learned theirs as they started');
     assert.ok(r.rulesParsed > 20, `${r.rulesParsed} rules parsed`);
-    if (c.handsBack) assert.ok(r.givenBack >= 64 * 1024, `${r.givenBack} bytes handed back`);
+    if (c.handsBack && !cross) assert.ok(r.givenBack >= 64 * 1024, `${r.givenBack} bytes handed back`);
     else assert.equal(r.givenBack, 0);
   });
 }

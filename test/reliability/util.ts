@@ -6,8 +6,8 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, statSync } from 'node
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import { root, type Run } from '../helpers.js';
-import { libDir, makeVars, mimallocLinkFlags, testBuildRoot } from '../mimalloc.js';
+import { root, targetArgv, type Run } from '../helpers.js';
+import { libDir, makeVars, mimallocLinkFlags, targetCC, testBuildRoot } from '../mimalloc.js';
 
 export const productionDir = libDir;
 export const testHooksDir = join(testBuildRoot, 'test-hooks');
@@ -34,7 +34,7 @@ export function cFixture(name: string, libDir = productionDir): string {
   mkdirSync(outDir, { recursive: true });
   if (existsSync(out) && statSync(out).mtimeMs >= Math.max(statSync(src).mtimeMs, statSync(lib).mtimeMs)) return out;
   const r = spawnSync(
-    'cc',
+    targetCC,
     ['-std=gnu11', '-g', '-O1', '-fno-omit-frame-pointer', '-Wall', '-Werror', '-I', join(root, 'native', 'include'), src, '-o', out,
       `-L${libDir}`, `-Wl,-rpath,${libDir}`, '-lmimalloc-pprof', '-lpthread', '-ldl'],
     { encoding: 'utf8' },
@@ -50,7 +50,7 @@ export interface GateRun extends Run {
 /** Runs cmd with LD_PRELOAD=libDir's library, MIMALLOC_* and MP_TEST_* cleared, then `env`. */
 export function runUnder(libDir: string, cmd: string, args: string[], env: Record<string, string> = {}, timeoutMs = 120_000): GateRun {
   const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('MIMALLOC_') && !k.startsWith('MP_TEST_')));
-  const r = spawnSync(cmd, args, {
+  const r = spawnSync(...targetArgv(cmd, args), {
     encoding: 'utf8',
     env: { ...clean, LD_PRELOAD: join(libDir, 'libmimalloc-pprof.so'), ...env },
     timeout: timeoutMs,

@@ -1,0 +1,48 @@
+// The arm64 pass of `npm test` (`npm run test:arm64`): the preload library, the addon and the
+// tools built for aarch64 (scripts/cross.mjs: Debian's cross compiler against Debian's arm64
+// libmimalloc, into build/linux-arm64), and a chosen part of the suite run against them under
+// qemu's user-mode emulator: the native suites (their C and C++ fixtures built by the cross
+// compiler and started through qemu-aarch64 -L <sysroot>), the statistical tests, and the
+// Node tests on the official arm64 Node 24 (JS attribution, pool threads, signals under run).
+// The test files themselves run on this machine's Node; the programs they start run on arm64.
+//   node scripts/test-arm64.mjs [node --test options]
+import { spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { arm64Build, buildArm64, ensureArm64Node, ensureCrossToolchain } from './cross.mjs';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+
+// What runs under qemu (several times slower than the machine): the files whose programs are
+// the arm64-specific parts (stack walks, signal and fork paths, the sampler's statistics, the
+// Node attribution), not the whole suite.
+const FILES = (process.env.MIMALLOC_PPROF_TEST_ARM64_FILES?.split(',') ?? [
+  'native/sampling.test.js',
+  'native/unwind.test.js',
+  'native/direct.test.js',
+  'arm64/node.arm64.js',
+]);
+
+const t0 = Date.now();
+const t = ensureCrossToolchain();
+const node = ensureArm64Node();
+buildArm64(t);
+console.log(`# ---- arm64 (qemu-aarch64, Node ${node.split('/').slice(-3)[0]}): ${FILES.length} test files ----`);
+const files = FILES.map((f) => join(root, 'dist', 'test', f));
+for (const f of files) if (!existsSync(f)) throw new Error(`${f} is missing: build the tests first (npx tsc -p tsconfig.json)`);
+const r = spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...process.argv.slice(2), ...files], {
+  stdio: 'inherit',
+  env: {
+    ...process.env,
+    MIMALLOC_PPROF_LIB: join(arm64Build, 'libmimalloc-pprof.so'),
+    MIMALLOC_PPROF_TEST_PREFIX: t.mimallocPrefix,
+    MIMALLOC_PPROF_TEST_CC: t.cc,
+    MIMALLOC_PPROF_TEST_CXX: t.cxx,
+    MIMALLOC_PPROF_TEST_EXEC_WRAPPER: JSON.stringify([t.qemu, '-L', t.sysroot]),
+    MIMALLOC_PPROF_TEST_ARM64_NODE: node,
+  },
+});
+console.log(`# arm64 pass: ${((Date.now() - t0) / 1000).toFixed(0)} s`);
+process.exit(r.status ?? 1);
