@@ -195,3 +195,36 @@ test('the loader refuses a prebuilt package that needs a newer glibc, in one lin
     rmSync(fake, { recursive: true, force: true });
   }
 });
+
+test('arm64: npm selects @mimalloc-pprof/linux-arm64 for an arm64 install (--cpu=arm64), its binaries are AArch64 without libmimalloc, and under qemu the arm64 Node runs on its mimalloc linked in', (t) => {
+  if (!canRun) return t.skip('needs root (to run as nobody) on linux-x64 with setpriv');
+  const cross = join(root, 'build', 'cross');
+  const armTgz = join(packages, `mimalloc-pprof-linux-arm64-${version}.tgz`);
+  if (!existsSync(armTgz) && existsSync(join(cross, 'bin', 'aarch64-linux-gnu-gcc'))) {
+    execFileSync(process.execPath, [join(root, 'scripts', 'prebuild.mjs'), '--target', 'linux-arm64'], { stdio: ['ignore', 'ignore', 'inherit'] });
+  }
+  if (!existsSync(armTgz)) return t.skip('no arm64 package: the cross toolchain (scripts/cross.mjs) is not set up');
+  copyFileSync(armTgz, join(work, 'tgz', `mimalloc-pprof-linux-arm64-${version}.tgz`));
+  copyFileSync(join(packages, `mimalloc-pprof-${version}.tgz`), join(work, 'tgz', `mimalloc-pprof-${version}.tgz`));
+  const app = appWith('app-arm64', {
+    '@mimalloc-pprof/linux-x64': tgz(`mimalloc-pprof-${platform}`),
+    '@mimalloc-pprof/linux-arm64': tgz('mimalloc-pprof-linux-arm64'),
+    'pprof-format': tgz('pprof-format'),
+    'gecko-profiler-demangle': tgz('gecko-profiler-demangle'),
+  });
+  const install = asNobody(['npm', 'install', '--offline', '--no-package-lock', '--cpu=arm64', '--os=linux', '--libc=glibc', '--ignore-scripts'], app);
+  assert.equal(install.status, 0, install.all);
+  const scope = join(app, 'node_modules', '@mimalloc-pprof');
+  assert.deepEqual(readdirSync(scope), ['linux-arm64'], 'npm picked another platform package');
+  const shipped = ['libmimalloc-pprof.so', 'mimalloc_pprof.node', 'mpp-rusage'].map((f) => join(scope, 'linux-arm64', f));
+  for (const f of shipped) assert.match(execFileSync('readelf', ['-h', f], { encoding: 'utf8' }), /Machine:\s+AArch64/, f);
+  assert.deepEqual(mimallocNeeds(shipped), []);
+  const node = readdirSync(cross).filter((d) => d.startsWith('node-')).map((d) => join(cross, d, 'bin', 'node')).find((p) => existsSync(p));
+  const qemu = join(cross, 'root', 'usr', 'bin', 'qemu-aarch64-static');
+  if (node === undefined || !existsSync(qemu)) return t.diagnostic('no arm64 Node or qemu under build/cross: the run under emulation is left out');
+  const script = "const m = require('fs').readFileSync('/proc/self/maps', 'utf8'); console.log(process.arch, 'libmimalloc mapped:', /libmimalloc\\.so/.test(m));";
+  const r = spawnSync(qemu, ['-L', join(cross, 'root', 'usr', 'aarch64-linux-gnu'), '-E', `LD_PRELOAD=${shipped[0]}`, '-E', 'MIMALLOC_PROF_VERBOSE=1', node, '-e', script], { encoding: 'utf8', timeout: 60_000 });
+  assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stdout, /^arm64 libmimalloc mapped: false$/m);
+  assert.match(r.stderr, /^mimalloc-pprof: mimalloc \d+\.\d+\.\d+ \(built against [\d.]+, linked in statically\); interposer active/m);
+});
