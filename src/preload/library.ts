@@ -36,9 +36,14 @@ export const PREBUILT_PLATFORMS = ['linux-x64', 'linux-arm64', 'linux-x64-musl']
 export const PREBUILT_SCOPE = '@mimalloc-pprof';
 
 /** glibc's version at run time ("2.36"), or undefined under another C library (musl). */
+let glibcCache: { version: string | undefined } | undefined;
 export function glibcVersion(): string | undefined {
-  const header = (process.report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined)?.header;
-  return header?.glibcVersionRuntime;
+  // process.report builds a whole report (milliseconds): once per process
+  if (glibcCache === undefined) {
+    const header = (process.report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined)?.header;
+    glibcCache = { version: header?.glibcVersionRuntime };
+  }
+  return glibcCache.version;
 }
 
 /** This platform's name as the prebuilt packages spell it: linux-x64, linux-x64-musl, … */
