@@ -138,6 +138,11 @@ test('prebuilt: installed offline as nobody without a compiler, `npx mimalloc-pp
   assert.ok(!existsSync(join(app, 'node_modules', 'mimalloc-pprof', 'build', 'libmimalloc-pprof.so')), 'the install built the library');
   const shipped = ['libmimalloc-pprof.so', 'mimalloc_pprof.node', 'mpp-rusage'].map((f) => join(installed, f));
   assert.deepEqual(mimallocNeeds(shipped), []);
+  for (const f of shipped) {
+    const ldd = execFileSync('ldd', [f], { encoding: 'utf8' });
+    assert.doesNotMatch(ldd, /libmimalloc/, `${f}: ${ldd}`);
+    assert.doesNotMatch(ldd, /not found/, `${f}: ${ldd}`);
+  }
 
   const run = asNobody(['npx', 'mimalloc-pprof', 'run', '--out', 'app.pb.gz', '--', 'node', 'app.js'], app);
   assert.equal(run.status, 0, run.all);
