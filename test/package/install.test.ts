@@ -232,3 +232,42 @@ test('arm64: npm selects @mimalloc-pprof/linux-arm64 for an arm64 install (--cpu
   assert.match(r.stdout, /^arm64 libmimalloc mapped: false$/m);
   assert.match(r.stderr, /^mimalloc-pprof: mimalloc \d+\.\d+\.\d+ \(built against [\d.]+, linked in statically\); interposer active/m);
 });
+
+test('musl: npm selects @mimalloc-pprof/linux-x64-musl for a musl install (--libc=musl), its binaries need musl and no libmimalloc, and a musl program with it preloaded writes a profile naming its function', (t) => {
+  if (!canRun) return t.skip('needs root (to run as nobody) on linux-x64 with setpriv');
+  const muslCc = join(root, 'build', 'musl', 'bin', 'musl-gcc');
+  const muslTgz = join(packages, `mimalloc-pprof-linux-x64-musl-${version}.tgz`);
+  if (existsSync(muslCc)) {
+    execFileSync(process.execPath, [join(root, 'scripts', 'prebuild.mjs'), '--target', 'linux-x64-musl'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  }
+  if (!existsSync(muslTgz) || !existsSync(muslCc)) return t.skip('no musl toolchain: node scripts/musl.mjs sets it up');
+  copyFileSync(muslTgz, join(work, 'tgz', `mimalloc-pprof-linux-x64-musl-${version}.tgz`));
+  copyFileSync(join(packages, `mimalloc-pprof-${version}.tgz`), join(work, 'tgz', `mimalloc-pprof-${version}.tgz`));
+  const app = appWith('app-musl', {
+    '@mimalloc-pprof/linux-x64': tgz(`mimalloc-pprof-${platform}`),
+    '@mimalloc-pprof/linux-x64-musl': tgz('mimalloc-pprof-linux-x64-musl'),
+    'pprof-format': tgz('pprof-format'),
+    'gecko-profiler-demangle': tgz('gecko-profiler-demangle'),
+  });
+  const install = asNobody(['npm', 'install', '--offline', '--no-package-lock', '--libc=musl', '--ignore-scripts'], app);
+  assert.equal(install.status, 0, install.all);
+  const scope = join(app, 'node_modules', '@mimalloc-pprof');
+  assert.deepEqual(readdirSync(scope), ['linux-x64-musl'], 'npm picked another platform package');
+  const shipped = ['libmimalloc-pprof.so', 'mimalloc_pprof.node', 'mpp-rusage'].map((f) => join(scope, 'linux-x64-musl', f));
+  for (const f of shipped) assert.ok(needed(f).includes('libc.so'), `${f} does not need musl's libc.so: ${needed(f).join(', ')}`);
+  assert.deepEqual(mimallocNeeds(shipped), []);
+  // a musl program (musl-gcc gives it the unpacked loader) with the package's library preloaded
+  const src = join(work, 'musl-app.c');
+  writeFileSync(src, '#include <stdlib.h>\n#include <stdio.h>\n__attribute__((noinline)) void* growMuslCache(size_t n) { return malloc(n); }\nint main(void) { static void* keep[4000]; for (int i = 0; i < 4000; i++) keep[i] = growMuslCache(4096); printf("%p\\n", keep[0]); return 0; }\n');
+  const prog = join(work, 'musl-app');
+  execFileSync(muslCc, ['-O1', '-g', '-fno-omit-frame-pointer', src, '-o', prog]);
+  const heap = join(app, 'musl.heap');
+  // musl's loader preloads it (LD_PRELOAD would reach setpriv, a glibc program, first)
+  const loader = join(root, 'build', 'musl', 'root', 'lib', 'ld-musl-x86_64.so.1');
+  const r = asNobody([loader, '--preload', shipped[0]!, prog], app, { MIMALLOC_PROF: '1', MIMALLOC_PROF_VERBOSE: '1', MIMALLOC_PROF_DUMP_AT_EXIT: heap });
+  assert.equal(r.status, 0, r.all);
+  assert.match(r.stderr, /linked in statically\); interposer active; profiler running/);
+  const top = asNobody(['npx', 'mimalloc-pprof', 'top', heap, '-n', '20'], app);
+  assert.equal(top.status, 0, top.all);
+  assert.match(top.stdout, /growMuslCache/);
+});
