@@ -110,7 +110,9 @@ export function nativeSource(root = packageRoot): NativeSource {
   if (p !== undefined) return p;
   const name = platformName();
   if (!name.startsWith('linux-') || !(PREBUILT_PLATFORMS as readonly string[]).includes(name)) throw new LibraryMissingError(unsupportedHint(name));
-  throw new LibraryMissingError(`the preload library is not built (${join(build, LIBRARY_FILE)} is missing and ${PREBUILT_SCOPE}/${name} is not installed): ${buildHint(root)}`);
+  throw new LibraryMissingError(
+    `the preload library is not built (${join(build, LIBRARY_FILE)} is missing) and ${PREBUILT_SCOPE}/${name} is not installed (optional dependencies left out?): reinstall without --omit=optional, or ${buildHint(root)}`,
+  );
 }
 
 /** Absolute path of one native file (the library, the addon, the rusage helper). */
