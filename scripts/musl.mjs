@@ -55,7 +55,10 @@ export function ensureMusl() {
   const original = readFileSync(join(lib, 'musl-gcc.specs'), 'utf8');
   const specs = original
     .replaceAll(`/usr/include/${TRIPLE}`, `${include} -idirafter ${kernel}`)
-    .replaceAll(`/usr/lib/${TRIPLE}`, lib);
+    .replaceAll(`/usr/lib/${TRIPLE}`, lib)
+    // programs built here run here: musl's loader from the unpacked tree (shared objects,
+    // what ships, have no loader of their own, so this changes nothing in them)
+    .replaceAll('-dynamic-linker /lib/ld-musl-x86_64.so.1', `-dynamic-linker ${join(tree, 'lib', 'ld-musl-x86_64.so.1')}`);
   const specsFile = join(muslDir, 'musl-gcc.specs');
   writeFileSync(specsFile, specs);
   const bin = join(muslDir, 'bin');

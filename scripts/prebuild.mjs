@@ -1,6 +1,7 @@
 // The prebuilt, self-contained binaries and their npm packages.
 //
 //   node scripts/prebuild.mjs [--target linux-x64|linux-x64-musl|linux-arm64 ...] [--no-pack]
+// (linux-arm64 with scripts/cross.mjs's cross compiler; it fetches it once, as root)
 //
 // For each target: mimalloc from Debian's source package (fetched with the private apt
 // configuration of scripts/debian-apt.mjs, the .dsc checked against the SHA-256 pinned below,
@@ -105,8 +106,8 @@ export function staticMimalloc({ name = 'host', cc = process.env.CC ?? 'cc', cma
     execFileSync('cmake', ['--install', work], { stdio: ['ignore', 'ignore', 'inherit'] });
     if (!existsSync(archive)) throw new Error(`cmake installed no ${archive}`);
     // mimalloc's own allocation names must not be defined: the library interposes them itself
-    const defined = execFileSync('nm', ['-g', '--defined-only', archive], { encoding: 'utf8' });
-    const override = defined.split('\n').filter((l) => / T (malloc|free|calloc|realloc|posix_memalign)$/.test(l));
+    const defined = definedNames(archive);
+    const override = ['malloc', 'free', 'calloc', 'realloc', 'posix_memalign'].filter((n) => defined.has(n));
     if (override.length > 0) throw new Error(`${archive} defines the malloc family (${override.join('; ')}): built with MI_OVERRIDE on?`);
   }
   return { version, prefix, archive, license: join(tree, 'LICENSE') };
@@ -136,16 +137,21 @@ export function elfFacts(file, readelf = 'readelf') {
   return { needed, exported, glibc: top ? top.slice(0, top[2] ? 3 : 2).join('.') : undefined };
 }
 
-/** The checks every shipped binary must pass; returns the glibc version required (or undefined). */
-export function checkShipped(files, archive, readelf = 'readelf') {
-  const nm = readelf.replace(/readelf$/, 'nm');
-  const archiveNames = new Set(
-    execFileSync(nm, ['-g', '--defined-only', archive], { encoding: 'utf8' })
+/** The global names an object or archive defines (readelf reads any ELF machine's). */
+export function definedNames(file, readelf = 'readelf') {
+  const out = execFileSync(readelf, ['-s', '-W', file], { encoding: 'utf8', maxBuffer: 64 << 20 });
+  return new Set(
+    out
       .split('\n')
       .map((l) => l.trim().split(/\s+/))
-      .filter((f) => f.length === 3)
-      .map((f) => f[2]),
+      .filter((f) => f.length >= 8 && /^\d+:$/.test(f[0]) && f[6] !== 'UND' && /GLOBAL|WEAK/.test(f[4]))
+      .map((f) => f[7]),
   );
+}
+
+/** The checks every shipped binary must pass; returns the glibc version required (or undefined). */
+export function checkShipped(files, archive, readelf = 'readelf') {
+  const archiveNames = definedNames(archive, readelf);
   let glibc;
   for (const f of files) {
     const facts = elfFacts(f, readelf);
@@ -281,9 +287,9 @@ async function targetOptions(target) {
   if (target === 'linux-arm64') {
     const cross = join(root, 'scripts', 'cross.mjs');
     if (!existsSync(cross)) return { skip: 'no cross toolchain script (scripts/cross.mjs)' };
-    const mod = await import(cross);
-    if (typeof mod.prebuildOptions !== 'function') return { skip: 'scripts/cross.mjs has no prebuildOptions()' };
-    return mod.prebuildOptions();
+    const { ensureCrossToolchain } = await import(cross);
+    const t = ensureCrossToolchain();
+    return { cc: t.cc, cmakeArgs: ['-DCMAKE_SYSTEM_NAME=Linux', '-DCMAKE_SYSTEM_PROCESSOR=aarch64'] };
   }
   return { skip: 'unknown target' };
 }
@@ -291,7 +297,7 @@ async function targetOptions(target) {
 async function main() {
   const args = process.argv.slice(2);
   const wanted = args.flatMap((a, i) => (args[i - 1] === '--target' ? [a] : []));
-  const targets = wanted.length > 0 ? wanted : ['linux-x64', 'linux-x64-musl'];
+  const targets = wanted.length > 0 ? wanted : ['linux-x64', 'linux-x64-musl', 'linux-arm64'];
   const packed = [];
   for (const target of targets) {
     if (!TARGETS[target]) throw new Error(`unknown target ${target} (known: ${Object.keys(TARGETS).join(', ')})`);

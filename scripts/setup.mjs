@@ -21,7 +21,8 @@ import { fileURLToPath } from 'node:url';
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 let prefix = process.env.MIMALLOC_PREFIX ?? '';
 let staticArchive = '';
-const aptChoice = process.env.MIMALLOC_PPROF_APT;
+// MIMALLOC_PPROF_NO_APT=1 (the former opt-out) still refuses
+const aptChoice = process.env.MIMALLOC_PPROF_APT ?? (process.env.MIMALLOC_PPROF_NO_APT === '1' ? '0' : undefined);
 const fromSource = process.env.MIMALLOC_PPROF_BUILD_FROM_SOURCE === '1' || process.env.npm_config_build_from_source === 'true';
 const checkout = existsSync(join(root, '.git')) && !root.split(sep).includes('node_modules');
 

@@ -776,7 +776,7 @@ static unsigned rule_walk(mp_unwind_walk_t* walk, uintptr_t* frames, unsigned ma
 }
 #endif
 
-#if MP_DEBUG_ON
+#if MP_DEBUG_ON && MP_UNWIND_CFI
 /* Debug builds: a walk taken from the memo is the walk taken afresh (into the scratch's other
  * buffer, in a frame of its own: the sample's stack budget holds in debug builds too). */
 static __attribute__((noinline)) void check_memo_walk(const uintptr_t* frames, unsigned n, bool complete, unsigned max, void* ra,

@@ -36,9 +36,14 @@ export const PREBUILT_PLATFORMS = ['linux-x64', 'linux-arm64', 'linux-x64-musl']
 export const PREBUILT_SCOPE = '@mimalloc-pprof';
 
 /** glibc's version at run time ("2.36"), or undefined under another C library (musl). */
+let glibcCache: { version: string | undefined } | undefined;
 export function glibcVersion(): string | undefined {
-  const header = (process.report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined)?.header;
-  return header?.glibcVersionRuntime;
+  // process.report builds a whole report (milliseconds): once per process
+  if (glibcCache === undefined) {
+    const header = (process.report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined)?.header;
+    glibcCache = { version: header?.glibcVersionRuntime };
+  }
+  return glibcCache.version;
 }
 
 /** This platform's name as the prebuilt packages spell it: linux-x64, linux-x64-musl, … */
@@ -92,7 +97,7 @@ export function unsupportedHint(name = platformName()): string {
 }
 
 /**
- * The folder the native files come from: `build/` when it holds a library built from source
+ * The folder the native files come from: `build/` (or build/linux-<arch>, nativeBuildDir) when it holds a library built from source
  * (the package's install builds one only when no prebuilt package fits, or when asked with
  * MIMALLOC_PPROF_BUILD_FROM_SOURCE=1), else the prebuilt package of this platform. Throws the
  * error naming the fix when neither is there.
@@ -105,7 +110,9 @@ export function nativeSource(root = packageRoot): NativeSource {
   if (p !== undefined) return p;
   const name = platformName();
   if (!name.startsWith('linux-') || !(PREBUILT_PLATFORMS as readonly string[]).includes(name)) throw new LibraryMissingError(unsupportedHint(name));
-  throw new LibraryMissingError(`the preload library is not built (${join(build, LIBRARY_FILE)} is missing and ${PREBUILT_SCOPE}/${name} is not installed): ${buildHint(root)}`);
+  throw new LibraryMissingError(
+    `the preload library is not built (${join(build, LIBRARY_FILE)} is missing) and ${PREBUILT_SCOPE}/${name} is not installed (optional dependencies left out?): reinstall without --omit=optional, or ${buildHint(root)}`,
+  );
 }
 
 /** Absolute path of one native file (the library, the addon, the rusage helper). */

@@ -84,9 +84,8 @@ function appWith(name: string, overrides: Record<string, string>): string {
 before(() => {
   if (!canRun) return;
   const tarball = (p: string) => join(packages, p);
-  if (!existsSync(tarball(`mimalloc-pprof-${platform}-${version}.tgz`)) || !existsSync(tarball(`mimalloc-pprof-${version}.tgz`))) {
-    execFileSync(process.execPath, [join(root, 'scripts', 'prebuild.mjs'), '--target', platform], { stdio: ['ignore', 'ignore', 'inherit'] });
-  }
+  // always from the current sources (the Debian source and mimalloc's archive are cached in build/)
+  execFileSync(process.execPath, [join(root, 'scripts', 'prebuild.mjs'), '--target', platform], { stdio: ['ignore', 'ignore', 'pipe'] });
   work = tempDir('mpp-install-');
   chmodSync(work, 0o755);
   mkdirSync(join(work, 'tgz'));
@@ -139,6 +138,11 @@ test('prebuilt: installed offline as nobody without a compiler, `npx mimalloc-pp
   assert.ok(!existsSync(join(app, 'node_modules', 'mimalloc-pprof', 'build', 'libmimalloc-pprof.so')), 'the install built the library');
   const shipped = ['libmimalloc-pprof.so', 'mimalloc_pprof.node', 'mpp-rusage'].map((f) => join(installed, f));
   assert.deepEqual(mimallocNeeds(shipped), []);
+  for (const f of shipped) {
+    const ldd = execFileSync('ldd', [f], { encoding: 'utf8' });
+    assert.doesNotMatch(ldd, /libmimalloc/, `${f}: ${ldd}`);
+    assert.doesNotMatch(ldd, /not found/, `${f}: ${ldd}`);
+  }
 
   const run = asNobody(['npx', 'mimalloc-pprof', 'run', '--out', 'app.pb.gz', '--', 'node', 'app.js'], app);
   assert.equal(run.status, 0, run.all);
@@ -194,4 +198,80 @@ test('the loader refuses a prebuilt package that needs a newer glibc, in one lin
   } finally {
     rmSync(fake, { recursive: true, force: true });
   }
+});
+
+test('arm64: npm selects @mimalloc-pprof/linux-arm64 for an arm64 install (--cpu=arm64), its binaries are AArch64 without libmimalloc, and under qemu the arm64 Node runs on its mimalloc linked in', (t) => {
+  if (!canRun) return t.skip('needs root (to run as nobody) on linux-x64 with setpriv');
+  const cross = join(root, 'build', 'cross');
+  const armTgz = join(packages, `mimalloc-pprof-linux-arm64-${version}.tgz`);
+  if (!existsSync(armTgz) && existsSync(join(cross, 'bin', 'aarch64-linux-gnu-gcc'))) {
+    execFileSync(process.execPath, [join(root, 'scripts', 'prebuild.mjs'), '--target', 'linux-arm64'], { stdio: ['ignore', 'ignore', 'inherit'] });
+  }
+  if (!existsSync(armTgz)) return t.skip('no arm64 package: the cross toolchain (scripts/cross.mjs) is not set up');
+  copyFileSync(armTgz, join(work, 'tgz', `mimalloc-pprof-linux-arm64-${version}.tgz`));
+  copyFileSync(join(packages, `mimalloc-pprof-${version}.tgz`), join(work, 'tgz', `mimalloc-pprof-${version}.tgz`));
+  const app = appWith('app-arm64', {
+    '@mimalloc-pprof/linux-x64': tgz(`mimalloc-pprof-${platform}`),
+    '@mimalloc-pprof/linux-arm64': tgz('mimalloc-pprof-linux-arm64'),
+    'pprof-format': tgz('pprof-format'),
+    'gecko-profiler-demangle': tgz('gecko-profiler-demangle'),
+  });
+  const install = asNobody(['npm', 'install', '--offline', '--no-package-lock', '--cpu=arm64', '--os=linux', '--libc=glibc', '--ignore-scripts'], app);
+  assert.equal(install.status, 0, install.all);
+  const scope = join(app, 'node_modules', '@mimalloc-pprof');
+  assert.deepEqual(readdirSync(scope), ['linux-arm64'], 'npm picked another platform package');
+  const shipped = ['libmimalloc-pprof.so', 'mimalloc_pprof.node', 'mpp-rusage'].map((f) => join(scope, 'linux-arm64', f));
+  for (const f of shipped) assert.match(execFileSync('readelf', ['-h', f], { encoding: 'utf8' }), /Machine:\s+AArch64/, f);
+  assert.deepEqual(mimallocNeeds(shipped), []);
+  const node = readdirSync(cross).filter((d) => d.startsWith('node-')).map((d) => join(cross, d, 'bin', 'node')).find((p) => existsSync(p));
+  const qemu = join(cross, 'root', 'usr', 'bin', 'qemu-aarch64-static');
+  if (node === undefined || !existsSync(qemu)) return t.diagnostic('no arm64 Node or qemu under build/cross: the run under emulation is left out');
+  const script = "const m = require('fs').readFileSync('/proc/self/maps', 'utf8'); console.log(process.arch, 'libmimalloc mapped:', /libmimalloc\\.so/.test(m));";
+  const r = spawnSync(qemu, ['-L', join(cross, 'root', 'usr', 'aarch64-linux-gnu'), '-E', `LD_PRELOAD=${shipped[0]}`, '-E', 'MIMALLOC_PROF_VERBOSE=1', node, '-e', script], { encoding: 'utf8', timeout: 60_000 });
+  assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stdout, /^arm64 libmimalloc mapped: false$/m);
+  assert.match(r.stderr, /^mimalloc-pprof: mimalloc \d+\.\d+\.\d+ \(built against [\d.]+, linked in statically\); interposer active/m);
+});
+
+test('musl: npm selects @mimalloc-pprof/linux-x64-musl for a musl install (--libc=musl), its binaries need musl and no libmimalloc, and a musl program with it preloaded writes a profile naming its function', (t) => {
+  if (!canRun) return t.skip('needs root (to run as nobody) on linux-x64 with setpriv');
+  const muslCc = join(root, 'build', 'musl', 'bin', 'musl-gcc');
+  const muslTgz = join(packages, `mimalloc-pprof-linux-x64-musl-${version}.tgz`);
+  if (!existsSync(muslCc) && existsSync('/usr/bin/apt-get')) {
+    // Debian's musl into build/musl (apt-get download with a private configuration, ~1 MB)
+    execFileSync(process.execPath, [join(root, 'scripts', 'musl.mjs')], { stdio: ['ignore', 'ignore', 'pipe'] });
+  }
+  if (existsSync(muslCc)) {
+    execFileSync(process.execPath, [join(root, 'scripts', 'prebuild.mjs'), '--target', 'linux-x64-musl'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  }
+  if (!existsSync(muslTgz) || !existsSync(muslCc)) return t.skip('no musl toolchain (scripts/musl.mjs needs apt-get)');
+  copyFileSync(muslTgz, join(work, 'tgz', `mimalloc-pprof-linux-x64-musl-${version}.tgz`));
+  copyFileSync(join(packages, `mimalloc-pprof-${version}.tgz`), join(work, 'tgz', `mimalloc-pprof-${version}.tgz`));
+  const app = appWith('app-musl', {
+    '@mimalloc-pprof/linux-x64': tgz(`mimalloc-pprof-${platform}`),
+    '@mimalloc-pprof/linux-x64-musl': tgz('mimalloc-pprof-linux-x64-musl'),
+    'pprof-format': tgz('pprof-format'),
+    'gecko-profiler-demangle': tgz('gecko-profiler-demangle'),
+  });
+  const install = asNobody(['npm', 'install', '--offline', '--no-package-lock', '--libc=musl', '--ignore-scripts'], app);
+  assert.equal(install.status, 0, install.all);
+  const scope = join(app, 'node_modules', '@mimalloc-pprof');
+  assert.deepEqual(readdirSync(scope), ['linux-x64-musl'], 'npm picked another platform package');
+  const shipped = ['libmimalloc-pprof.so', 'mimalloc_pprof.node', 'mpp-rusage'].map((f) => join(scope, 'linux-x64-musl', f));
+  for (const f of shipped) assert.ok(needed(f).includes('libc.so'), `${f} does not need musl's libc.so: ${needed(f).join(', ')}`);
+  assert.deepEqual(mimallocNeeds(shipped), []);
+  // a musl program (musl-gcc gives it the unpacked loader) with the package's library preloaded
+  const src = join(work, 'musl-app.c');
+  writeFileSync(src, '#include <stdlib.h>\n#include <stdio.h>\n__attribute__((noinline)) void* growMuslCache(size_t n) { return malloc(n); }\nint main(void) { static void* keep[4000]; for (int i = 0; i < 4000; i++) keep[i] = growMuslCache(4096); printf("%p\\n", keep[0]); return 0; }\n');
+  const prog = join(work, 'musl-app');
+  execFileSync(muslCc, ['-O1', '-g', '-fno-omit-frame-pointer', src, '-o', prog]);
+  const heap = join(app, 'musl.heap');
+  // musl's loader preloads it (LD_PRELOAD would reach setpriv, a glibc program, first)
+  const loader = join(root, 'build', 'musl', 'root', 'lib', 'ld-musl-x86_64.so.1');
+  const r = asNobody([loader, '--preload', shipped[0]!, prog], app, { MIMALLOC_PROF: '1', MIMALLOC_PROF_VERBOSE: '1', MIMALLOC_PROF_DUMP_AT_EXIT: heap });
+  assert.equal(r.status, 0, r.all);
+  assert.match(r.stderr, /linked in statically\); interposer active; profiler running/);
+  const top = asNobody(['npx', 'mimalloc-pprof', 'top', heap, '-n', '20'], app);
+  assert.equal(top.status, 0, top.all);
+  assert.match(top.stdout, /growMuslCache/);
 });
