@@ -3,19 +3,30 @@
 // Then the suites that exercise the preload library (native, node, reliability, run) run
 // again against the second mimalloc major (Debian 13's 3.0.1, built by scripts/mimalloc3.mjs
 // into build/mi3; see test/mimalloc.ts), and the reliability gates run once more on the debug
-// build (build/debug). Every pass must pass.
-//   node scripts/run-tests.mjs [--pass system|mimalloc3|debug] [node --test options]
+// build (build/debug). Then the Node-facing suites run once per pinned Node of the matrix
+// (22, 24, 26: official binaries in build/node, scripts/nodes.mjs): the test runner, the test
+// files and every Node they start (the CLI, the programs under test: `process.execPath` and the
+// `node` on PATH) are that Node; MIMALLOC_PPROF_TEST_NODE names it (test/package/matrix.test.ts
+// checks the pass really ran it). Every pass must pass; each prints its duration.
+//   node scripts/run-tests.mjs [--pass system|mimalloc3|debug|node22|node24|node26|nodes] [node --test options]
 import { spawnSync } from 'node:child_process';
-import { readdirSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { mi3Dir, mi3Library } from './mimalloc3.mjs';
+import { NODES, nodeBinary, versionOf } from './nodes.mjs';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const SECOND_PASS = /^(native|node|reliability|run)\//;
 // The gates once more on the debug build (native/Makefile DEBUG=1: internal assertions on).
 const DEBUG_PASS = /^(reliability\/(churn|fork|dumps|node|hostile(-\w+)?)|native\/(regressions|stress|api|resident|direct))\.test\.js$/;
+// Once per Node of the matrix: what depends on the Node version. `run` and its signals, JS
+// attribution (CommonJS, ESM, `(top level)`, inlined frames from V8's code log, perf-map
+// names, no unnamed frame), the thread pool, the JS heap (the inspector's sampler), the RSS
+// breakdown, peak and periodic profiles, the in-process API, the service endpoints and push.
+const NODE_PASS =
+  /^(run\/(run|fidelity|js-heap|js-heap-names|pool|rss|every)|node\/(api|dumps|js-heap|peak|preload)|symbolize\/(perfmap|inlined|unnamed|queued-by)|http\/(pprof|hardening)|push\/push|cli\/symbolize|native\/jitmap|package\/matrix)\.test\.js$/;
 
 const args = process.argv.slice(2);
 let only = '';
@@ -27,12 +38,14 @@ const all = readdirSync(join(root, 'dist', 'test'), { recursive: true })
   .filter((f) => f.endsWith('.test.js'))
   .sort();
 
-function pass(name, files, env) {
+function pass(name, files, env, node = process.execPath) {
   console.log(`# ---- ${name}: ${files.length} test files ----`);
-  const r = spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...args, ...files.map((f) => join(root, 'dist', 'test', f))], {
+  const t0 = Date.now();
+  const r = spawnSync(node, ['--test', '--test-concurrency=1', ...args, ...files.map((f) => join(root, 'dist', 'test', f))], {
     stdio: 'inherit',
     env: { ...process.env, ...env },
   });
+  console.log(`# ---- ${name}: ${r.status === 0 ? 'passed' : 'FAILED'} in ${((Date.now() - t0) / 1000).toFixed(0)} s ----`);
   return r.status ?? 1;
 }
 
@@ -50,5 +63,20 @@ if (only === '' || only === 'debug') {
     MIMALLOC_PPROF_LIB: join(root, 'build', 'debug', 'libmimalloc-pprof.so'),
   });
   status = status || third;
+}
+for (const [major, { version }] of Object.entries(NODES)) {
+  if (!(only === '' || only === 'nodes' || only === `node${major}`)) continue;
+  const node = nodeBinary(major);
+  // the set-up installs them (scripts/setup-test.mjs); a missing or other one fails the pass
+  if (!existsSync(node) || versionOf(node) !== version) {
+    console.log(`# ---- Node ${version}: not installed in build/node/${major} (node scripts/nodes.mjs) ----`);
+    status = status || 1;
+    continue;
+  }
+  const r = pass(`Node ${version}`, all.filter((f) => NODE_PASS.test(f)), {
+    MIMALLOC_PPROF_TEST_NODE: node,
+    PATH: `${dirname(node)}:${process.env.PATH ?? ''}`,
+  }, node);
+  status = status || r;
 }
 process.exit(status);

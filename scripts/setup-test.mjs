@@ -49,6 +49,10 @@ if (missing.length > 0) {
 const { ensureMimalloc3 } = await import('./mimalloc3.mjs');
 ensureMimalloc3();
 
+// The pinned Node binaries of the matrix (scripts/nodes.mjs, into build/node/<major>).
+const { ensureNodes } = await import('./nodes.mjs');
+ensureNodes();
+
 // The debug build (internal assertions on) that the gates run on once more, and the test-hooks build.
 {
   const { join, dirname } = await import('node:path');

@@ -1,16 +1,29 @@
-// Builds the preload library against the system libmimalloc. Run by `npm install` (and by
-// `npm rebuild mimalloc-pprof` after an install with --ignore-scripts).
-// Where the development files are missing: as root on Debian/Ubuntu with apt-get they are
-// installed with apt-get, after one line that says so and how to refuse (MIMALLOC_PPROF_NO_APT=1);
-// anywhere else, or when refused, this stops with one line naming the package for the system.
+// The install script (`npm install`, `npm rebuild mimalloc-pprof`). It changes nothing on the
+// system and runs no package manager unless asked:
+//  - a prebuilt package of this platform (@mimalloc-pprof/<platform>, an optional dependency,
+//    mimalloc linked in) is installed and fits this C library: nothing is built;
+//  - else (or MIMALLOC_PPROF_BUILD_FROM_SOURCE=1, `npm rebuild --build-from-source`) the
+//    native parts are built into build/ with the C compiler and make, against the system's
+//    libmimalloc (2.x or 3.x) when its headers are there;
+//  - without them: MIMALLOC_PPROF_APT=1 as root on Debian/Ubuntu installs libmimalloc-dev with
+//    apt-get (after one line saying so); MIMALLOC_PPROF_APT=1 otherwise, and by default in a
+//    git checkout of the project (its own `npm install`), builds mimalloc from Debian's source
+//    package into build/ (scripts/prebuild.mjs: a private apt configuration, no root, nothing
+//    installed); anything else stops with one line naming the package for the system.
+// MIMALLOC_PPROF_APT=0 refuses apt-get in every form, also in a checkout.
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { dirname, join, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const prefix = process.env.MIMALLOC_PREFIX ?? '';
+let prefix = process.env.MIMALLOC_PREFIX ?? '';
+let staticArchive = '';
+const aptChoice = process.env.MIMALLOC_PPROF_APT;
+const fromSource = process.env.MIMALLOC_PPROF_BUILD_FROM_SOURCE === '1' || process.env.npm_config_build_from_source === 'true';
+const checkout = existsSync(join(root, '.git')) && !root.split(sep).includes('node_modules');
 
 function fail(message) {
   console.error(`mimalloc-pprof: ${message}`);
@@ -49,29 +62,73 @@ const packageFor = [
   [/darwin/, 'mimalloc (brew install mimalloc)'],
 ];
 
+/** This platform's prebuilt package name (as the loader in src/preload/library.ts names it). */
+function platformName() {
+  const glibc = process.report?.getReport?.()?.header?.glibcVersionRuntime;
+  return `${process.platform}-${process.arch}${process.platform === 'linux' && !glibc ? '-musl' : ''}`;
+}
+
+function versionBelow(a, b) {
+  const x = a.split('.').map(Number);
+  const y = b.split('.').map(Number);
+  for (let i = 0; i < Math.max(x.length, y.length); i++) if ((x[i] ?? 0) !== (y[i] ?? 0)) return (x[i] ?? 0) < (y[i] ?? 0);
+  return false;
+}
+
+/** The installed prebuilt package: { dir } when it fits, { why } when it does not, undefined when absent. */
+function prebuilt() {
+  const name = `@mimalloc-pprof/${platformName()}`;
+  let manifestPath;
+  try {
+    manifestPath = createRequire(join(root, 'package.json')).resolve(`${name}/package.json`);
+  } catch {
+    return undefined;
+  }
+  const manifest = JSON.parse(readFileSync(manifestPath, 'utf8'));
+  const needs = manifest.mimallocPprof?.glibc;
+  const has = process.report?.getReport?.()?.header?.glibcVersionRuntime;
+  if (needs && has && versionBelow(has, needs)) return { why: `${name} needs glibc ${needs}, this system has ${has}` };
+  return { dir: dirname(manifestPath) };
+}
+
 if (process.platform !== 'linux') {
   fail('the preload library needs Linux (LD_PRELOAD); this system is ' + process.platform);
+}
+
+if (!fromSource) {
+  const p = prebuilt();
+  if (p?.dir) process.exit(0); // the prebuilt package has everything: nothing to build
+  if (p?.why) console.error(`mimalloc-pprof: ${p.why}: building from source`);
 }
 
 if (!hasMimalloc()) {
   const id = osId();
   const pkg = packageFor.find(([re]) => re.test(id))?.[1] ?? 'the mimalloc development package of your system';
-  const missing = `the system libmimalloc (2.x or 3.x) with its headers is missing: install ${pkg}`;
+  const missing = `no prebuilt package fits ${platformName()}, and the system libmimalloc (2.x or 3.x) with its headers is missing: install ${pkg}, or set MIMALLOC_PPROF_APT=1 to let this script fetch it from Debian (see docs/install.md)`;
   const isRoot = process.getuid?.() === 0;
   const aptGet = (process.env.PATH ?? '').split(':').map((d) => join(d, 'apt-get')).find((p) => p.startsWith('/') && existsSync(p));
-  const refused = process.env.MIMALLOC_PPROF_NO_APT === '1';
-  // Installing on the host is done only where it is safe to assume it is wanted: as root, on
-  // Debian or Ubuntu, with apt-get, and not refused. Anything else stops with the package name.
-  if (!/debian|ubuntu/.test(id) || !isRoot || aptGet === undefined || refused) {
-    fail(`${missing}${refused ? ' (MIMALLOC_PPROF_NO_APT=1: not installing it with apt-get)' : ''}`);
+  const debian = /debian|ubuntu/.test(id);
+  if (aptChoice === '1' && debian && isRoot && aptGet !== undefined) {
+    console.error('mimalloc-pprof: installing libmimalloc-dev with apt-get (apt-get update; apt-get install libmimalloc-dev), as MIMALLOC_PPROF_APT=1 asks');
+    const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
+    for (const args of [['update', '-qq'], ['install', '-y', '-qq', 'libmimalloc-dev']]) {
+      const r = spawnSync(aptGet, args, { stdio: 'inherit', env });
+      if (r.status !== 0) fail(`apt-get ${args[0]} failed (exit ${r.status ?? r.signal}); ${missing}`);
+    }
+    if (!hasMimalloc()) fail(`${missing} (apt-get installed libmimalloc-dev, but the probe still fails: is CC=${process.env.CC ?? 'cc'} a working C compiler?)`);
+  } else if ((aptChoice === '1' || (checkout && aptChoice !== '0')) && aptGet !== undefined) {
+    console.error(`mimalloc-pprof: building mimalloc from Debian's source package into build/ (${aptChoice === '1' ? 'MIMALLOC_PPROF_APT=1' : 'a checkout of the project'}; nothing is installed on the system; MIMALLOC_PPROF_APT=0 refuses)`);
+    try {
+      const { staticMimalloc } = await import('./prebuild.mjs');
+      const mi = staticMimalloc();
+      prefix = mi.prefix;
+      staticArchive = mi.archive;
+    } catch (e) {
+      fail(`building mimalloc from Debian's source failed (${e instanceof Error ? e.message : String(e)}); ${missing}`);
+    }
+  } else {
+    fail(`${missing}${aptChoice === '0' ? ' (MIMALLOC_PPROF_APT=0: not using apt-get)' : ''}`);
   }
-  console.error('mimalloc-pprof: installing libmimalloc-dev with apt-get (apt-get update; apt-get install libmimalloc-dev); set MIMALLOC_PPROF_NO_APT=1 to refuse');
-  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-  for (const args of [['update', '-qq'], ['install', '-y', '-qq', 'libmimalloc-dev']]) {
-    const r = spawnSync(aptGet, args, { stdio: 'inherit', env });
-    if (r.status !== 0) fail(`apt-get ${args[0]} failed (exit ${r.status ?? r.signal}); ${missing}`);
-  }
-  if (!hasMimalloc()) fail(`${missing} (apt-get installed libmimalloc-dev, but the probe still fails: is CC=${process.env.CC ?? 'cc'} a working C compiler?)`);
 }
 
 // Node's own headers, for the Node-API addon (the in-process API and `run`'s exit hook).
@@ -91,7 +148,8 @@ if (nodeInclude === undefined) {
 
 // make cannot name files whose paths have spaces: it runs in native/ and builds into ../build,
 // so the package may live anywhere (e.g. under "My Projects/")
-const make = spawnSync('make', ['-s', `BUILD=../build`, `NODE_INCLUDE=${nodeInclude}`], {
+const mimallocArgs = staticArchive ? [`MIMALLOC_PREFIX=${prefix}`, `MIMALLOC_STATIC=${staticArchive}`] : prefix ? [`MIMALLOC_PREFIX=${prefix}`] : [];
+const make = spawnSync('make', ['-s', `BUILD=../build`, `NODE_INCLUDE=${nodeInclude}`, ...mimallocArgs], {
   cwd: join(root, 'native'),
   stdio: 'inherit',
 });

@@ -57,7 +57,7 @@ export type {
 export { pprofHandler, serve } from './http/index.js';
 export type { PprofHandler, PprofHandlerOptions, NextFunction, ServeOptions, PprofServer } from './http/index.js';
 export { pushTo, seriesName, SAMPLE_TYPE_CONFIG } from './push/index.js';
-export type { PushOptions, Pusher, PushStats } from './push/index.js';
+export type { PushOptions, Pusher, PushStats, PushResult, SettleOptions } from './push/index.js';
 export { runProgram } from './run/index.js';
 export type { RunOptions, RunResult, ProcessReport } from './run/index.js';
 export { nameRawProfile } from './symbolize/raw.js';

@@ -9,6 +9,17 @@ import { libraryPath, packageRoot } from '../src/preload/library.js';
 import { execWrapper, libDir, targetCC, targetCXX, testBuildRoot } from './mimalloc.js';
 
 export const root = packageRoot;
+
+/**
+ * The Node the tests run on and start: the machine's own, or in a pass of the Node matrix
+ * (scripts/run-tests.mjs, scripts/nodes.mjs) the pinned binary in build/node/<major> named by
+ * MIMALLOC_PPROF_TEST_NODE. That pass runs the test files on it and puts its folder first on
+ * PATH, so `process.execPath` and a plain `node` are both this binary
+ * (test/package/matrix.test.ts checks it).
+ */
+export const testNode = process.env.MIMALLOC_PPROF_TEST_NODE || process.execPath;
+/** The major version of the Node running this test file. */
+export const nodeMajor = Number(process.versions.node.split('.')[0]);
 export const fixturesDir = join(root, 'test', 'native', 'fixtures');
 export const buildDir = join(testBuildRoot, 'test');
 

@@ -86,6 +86,16 @@
 #include "cancel.h"
 #include "internal.h"
 
+#ifndef __GLIBC__
+/* musl's <malloc.h> has neither: glibc's layouts, so that a program built for them reads ours. */
+struct mallinfo2 {
+  size_t arena, ordblks, smblks, hblks, hblkhd, usmblks, fsmblks, uordblks, fordblks, keepcost;
+};
+struct mallinfo {
+  int arena, ordblks, smblks, hblks, hblkhd, usmblks, fsmblks, uordblks, fordblks, keepcost;
+};
+#endif
+
 #define EXPORT __attribute__((visibility("default")))
 
 typedef struct mp_numbers_s {

@@ -54,7 +54,7 @@ static void dump_at_exit(void) {
 }
 
 static void say_verbose(void) {
-  char line[512];
+  char line[1024];
   size_t n = 0;
 #define ADD(s) do { const char* s_ = (s); while (*s_ && n < sizeof(line) - 32) line[n++] = *s_++; } while (0)
 #define ADDU(v) do { n += mp_fmt_u64(line + n, (uint64_t)(v)); } while (0)
@@ -65,6 +65,17 @@ static void say_verbose(void) {
   ADDV(mi_version());
   ADD(" (built against ");
   ADDV(MI_MALLOC_VERSION);
+  /* where it came from: linked into this library (the self-contained build) or a shared
+   * mimalloc, named by its path */
+  Dl_info mi_info, self_info;
+  bool mi_known = dladdr((const void*)(uintptr_t)&mi_version, &mi_info) != 0 && mi_info.dli_fname != NULL;
+  bool self_known = dladdr((const void*)(uintptr_t)&say_verbose, &self_info) != 0;
+  if (mi_known && self_known && mi_info.dli_fbase == self_info.dli_fbase) {
+    ADD(", linked in statically");
+  } else if (mi_known) {
+    ADD(", from ");
+    ADD(mi_info.dli_fname);
+  }
   ADD("); ");
   ADD(mp_interposing ? "interposer active" : "interposer NOT active (loaded with dlopen?)");
   ADD("; profiler ");

@@ -69,6 +69,9 @@ void* mp_os_alloc(size_t size) { return os_alloc(size, true, true); }
  * made writable at start, with MADV_POPULATE_WRITE (Linux 5.14), or else by a write to each
  * page that changes nothing. Whole pages: populating a page leaves whatever else is on it as
  * it was. Preserves errno. */
+#if !defined(MADV_POPULATE_WRITE) && defined(__linux__)
+#define MADV_POPULATE_WRITE 23 /* the kernel's value (Linux 5.14); musl 1.2.3's headers lack the name */
+#endif
 void mp_prewrite(void* p, size_t n) {
   if (n == 0) return;
   uintptr_t lo = (uintptr_t)p & ~(uintptr_t)(MP_PAGE - 1), hi = round_pages((uintptr_t)p + n);

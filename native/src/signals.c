@@ -58,8 +58,28 @@
 #include "internal.h"
 #include "signals.h"
 
+#ifdef __GLIBC__
 /* glibc's implementation under its exported internal name: no dlsym needed. */
 extern int __sigaction(int sig, const struct sigaction* act, struct sigaction* old);
+#else
+/* musl exports no internal name: its sigaction, found once past this library (musl's dlsym
+ * does not allocate). */
+static int mp_next_sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
+  typedef int (*sigaction_fn)(int, const struct sigaction*, struct sigaction*);
+  static sigaction_fn next;
+  sigaction_fn f = __atomic_load_n(&next, __ATOMIC_ACQUIRE);
+  if (f == NULL) {
+    f = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
+    if (f == NULL) {
+      errno = ENOSYS;
+      return -1;
+    }
+    __atomic_store_n(&next, f, __ATOMIC_RELEASE);
+  }
+  return f(sig, act, old);
+}
+#define __sigaction mp_next_sigaction
+#endif
 
 #ifndef SA_INTERRUPT
 #define SA_INTERRUPT 0x20000000 /* glibc's sysv_signal sets it: a historical no-op */
@@ -274,7 +294,11 @@ static bool arm_timer(int sig, long ns) {
     ev.sigev_notify = SIGEV_THREAD_ID;
     ev.sigev_signo = sig;
     ev.sigev_value.sival_ptr = &timer_token;
+#ifdef sigev_notify_thread_id /* musl, and glibc with _GNU_SOURCE since 2.36 */
+    ev.sigev_notify_thread_id = (pid_t)syscall(SYS_gettid);
+#else
     ev._sigev_un._tid = (pid_t)syscall(SYS_gettid);
+#endif
     int id = 0;
     if (syscall(SYS_timer_create, CLOCK_MONOTONIC, &ev, &id) != 0) return false;
     timer_id = id;

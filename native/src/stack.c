@@ -21,7 +21,11 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#ifdef __GLIBC__
 #include <execinfo.h>
+#else
+#include <unwind.h>
+#endif
 #include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
@@ -36,6 +40,49 @@
 #include <unistd.h>
 
 #include "internal.h"
+
+#ifndef __GLIBC__
+/* musl has no backtrace(): libgcc_s's unwinder, loaded at the first call (mp_stack_init's, as
+ * glibc's backtrace loads it), its own frame left out as glibc leaves out its own. Without
+ * libgcc_s (not installed) no frames: stacks end where the frame pointers end. Never linked in:
+ * the compiler's static unwinder is built for its own C library. */
+typedef _Unwind_Reason_Code (*bt_unwind_fn)(_Unwind_Trace_Fn, void*);
+typedef _Unwind_Ptr (*bt_getip_fn)(struct _Unwind_Context*);
+static bt_unwind_fn bt_unwind;
+static bt_getip_fn bt_getip;
+
+typedef struct {
+  void** buf;
+  int n, max, skip;
+} bt_walk_t;
+
+static _Unwind_Reason_Code bt_step(struct _Unwind_Context* ctx, void* arg) {
+  bt_walk_t* w = arg;
+  if (w->skip > 0) {
+    w->skip--;
+    return _URC_NO_REASON;
+  }
+  uintptr_t ip = bt_getip(ctx);
+  if (ip == 0 || w->n >= w->max) return _URC_END_OF_STACK;
+  w->buf[w->n++] = (void*)ip;
+  return _URC_NO_REASON;
+}
+
+static __attribute__((noinline)) int backtrace(void** buf, int size) {
+  static bool loaded;
+  if (!__atomic_load_n(&loaded, __ATOMIC_ACQUIRE)) {
+    void* h = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (h != NULL) {
+      bt_getip = (bt_getip_fn)dlsym(h, "_Unwind_GetIP");
+      bt_unwind = bt_getip != NULL ? (bt_unwind_fn)dlsym(h, "_Unwind_Backtrace") : NULL;
+    }
+    __atomic_store_n(&loaded, true, __ATOMIC_RELEASE);
+  }
+  bt_walk_t w = {buf, 0, size, 1};
+  if (size > 0 && bt_unwind != NULL) bt_unwind(bt_step, &w);
+  return w.n;
+}
+#endif
 
 typedef struct text_range_s {
   uintptr_t base; /* load base, to find the object */
@@ -773,6 +820,11 @@ unsigned mp_stack_capture(uintptr_t* frames, unsigned max, void* ra, uintptr_t s
     volatile uint8_t hog[8192];
     for (size_t i = 0; i < sizeof(hog); i += 512) hog[i] = (uint8_t)i;
     (void)hog[sizeof(hog) - 1];
+  }
+  if (held >= 0) { /* read as the rules once were, so that the descriptor is open for as long */
+    char chunk[256];
+    while (read(held, chunk, sizeof(chunk)) > 0) {
+    }
   }
   unsigned n = capture(frames, max, ra, sp, fp, stop_sp);
   if (held >= 0) close(held);

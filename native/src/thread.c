@@ -36,7 +36,24 @@
 
 /* glibc exports the implementation under this name too (libstdc++ uses it); calling it
  * directly needs no dlsym, so the wrapper works inside mimalloc's own constructor. */
+#ifdef __GLIBC__
 extern int __pthread_key_create(pthread_key_t* key, void (*destructor)(void*));
+#else
+/* musl exports no such name: its pthread_key_create, found once past this library (musl's
+ * dlsym does not allocate, so this works inside mimalloc's constructor too). */
+static int mp_next_key_create(pthread_key_t* key, void (*destructor)(void*)) {
+  typedef int (*key_create_fn)(pthread_key_t*, void (*)(void*));
+  static key_create_fn next;
+  key_create_fn f = __atomic_load_n(&next, __ATOMIC_ACQUIRE);
+  if (f == NULL) {
+    f = (key_create_fn)dlsym(RTLD_NEXT, "pthread_key_create");
+    if (f == NULL) return ENOSYS;
+    __atomic_store_n(&next, f, __ATOMIC_RELEASE);
+  }
+  return f(key, destructor);
+}
+#define __pthread_key_create mp_next_key_create
+#endif
 
 static pthread_key_t exit_key;
 static atomic_int exit_key_state; /* 0 none, 1 being created, 2 ready, 3 failed */

@@ -6,7 +6,7 @@ import { parseArgs, type ParseArgsConfig } from 'node:util';
 
 import { UsageError } from '../errors.js';
 import type { Profile } from '../profile/model.js';
-import { readProfile } from '../profile/files.js';
+import { readProfile, type ReadOptions } from '../profile/files.js';
 import { nameRawProfile } from '../symbolize/raw.js';
 
 /** Where a command writes: anything with write(string) (process.stdout, a test buffer). */
@@ -37,6 +37,30 @@ export function parseCommandArgs<O extends Options>(
   options: O,
   positionals: { min: number; max: number; names: string },
 ): { values: Record<string, string | boolean | undefined>; positionals: string[] } | null {
+  // A value that starts with '-' (`-n -5`) reads as an option to parseArgs ("argument is
+  // ambiguous"): a negative number after an option that takes a value is that value, so the
+  // option's own check can say what is wrong with it.
+  const takesValue = (arg: string): string | undefined => {
+    const long = /^--([^=]+)$/.exec(arg)?.[1];
+    if (long !== undefined) return options[long]?.type === 'string' ? long : undefined;
+    const short = /^-([^-])$/.exec(arg)?.[1];
+    return short === undefined ? undefined : Object.entries(options).find(([, o]) => o.short === short && o.type === 'string')?.[0];
+  };
+  const joined: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg === '--') {
+      joined.push(...argv.slice(i));
+      break;
+    }
+    const name = takesValue(arg);
+    const next = argv[i + 1];
+    if (name !== undefined && next !== undefined && /^-\d/.test(next)) {
+      joined.push(`--${name}=${next}`);
+      i++;
+    } else joined.push(arg);
+  }
+  argv = joined;
   let parsed;
   try {
     parsed = parseArgs({ args: argv, options: { ...options, help: { type: 'boolean', short: 'h' } }, allowPositionals: true, strict: true });
@@ -71,12 +95,25 @@ export function countArg(command: string, value: string | boolean | undefined, f
 
 export { readProfileFile, writeFileAtomic } from '../profile/files.js';
 
-/** The option of the commands that read profiles: a bearer token for URLs. */
-export const TOKEN_OPTION = { token: { type: 'string' } } as const;
+/** The options of the commands that read profiles: a bearer token and a timeout for URLs. */
+export const TOKEN_OPTION = { token: { type: 'string' }, timeout: { type: 'string' } } as const;
 
 export const SOURCE_HELP = `FILE may also be an http(s) URL of a /debug/pprof endpoint, e.g.
 http://127.0.0.1:6060/debug/pprof/heap; --token T (or MIMALLOC_PPROF_TOKEN) is sent as
-"Authorization: Bearer T".`;
+"Authorization: Bearer T"; --timeout 60s is how long to wait for its answer (default 60s,
+plus the window of a ?seconds=N request; 500ms, 10s, 2m).`;
+
+/** How to read URLs: --token (else MIMALLOC_PPROF_TOKEN) and --timeout. */
+export function sourceArgs(command: string, values: Record<string, string | boolean | undefined>, env: NodeJS.ProcessEnv = process.env): ReadOptions {
+  const token = tokenArg(command, values.token, env);
+  const timeout = values.timeout;
+  const options: ReadOptions = token === undefined ? {} : { token };
+  if (timeout === undefined) return options;
+  const m = typeof timeout === 'string' ? /^(\d+(?:\.\d+)?)(ms|s|m)$/.exec(timeout) : null;
+  const ms = m ? Number(m[1]) * (m[2] === 'ms' ? 1 : m[2] === 's' ? 1000 : 60_000) : NaN;
+  if (!(ms >= 1 && ms <= 24 * 3600_000)) throw new UsageError(`${command}: --timeout must be a duration up to 24h like 500ms, 10s or 2m (got ${String(timeout)})`);
+  return { ...options, timeoutMs: Math.round(ms) };
+}
 
 /** The token for URLs: --token, else MIMALLOC_PPROF_TOKEN. */
 export function tokenArg(command: string, value: string | boolean | undefined, env: NodeJS.ProcessEnv = process.env): string | undefined {
@@ -86,8 +123,8 @@ export function tokenArg(command: string, value: string | boolean | undefined, e
 }
 
 /** A profile from a file or URL, its raw frames named (src/symbolize/raw.ts): what top and diff read. */
-export async function readNamedProfile(source: string, token?: string): Promise<Profile> {
-  const profile = await readProfile(source, token === undefined ? {} : { token });
+export async function readNamedProfile(source: string, options: string | ReadOptions = {}): Promise<Profile> {
+  const profile = await readProfile(source, typeof options === 'string' ? { token: options } : options);
   nameRawProfile(profile);
   return profile;
 }

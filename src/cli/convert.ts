@@ -6,8 +6,9 @@ import { UsageError } from '../errors.js';
 import { encodeHeapText } from '../profile/heap-text.js';
 import { encodeProfile } from '../profile/proto.js';
 import type { Profile } from '../profile/model.js';
-import { type Command, parseCommandArgs, SOURCE_HELP, TOKEN_OPTION, tokenArg, writeFileAtomic } from './args.js';
+import { type Command, parseCommandArgs, SOURCE_HELP, TOKEN_OPTION, sourceArgs, writeFileAtomic } from './args.js';
 import { readProfile } from '../profile/files.js';
+import { humanBytes } from './top.js';
 
 export type OutputFormat = 'heap_v2' | 'proto';
 
@@ -25,18 +26,37 @@ const ENCODERS: Record<OutputFormat, (p: Profile, name: string) => Uint8Array | 
   heap_v2: (p, name) => encodeHeapText(p, name),
 };
 
+/**
+ * `p` without its JavaScript-heap samples (`heap=js`: V8's objects, which have functions but
+ * no addresses; heap_v2 text, a list of native addresses, would show each as a `0x0` row),
+ * how many were left out and the in-use bytes they held.
+ */
+export function withoutJsHeap(p: Profile): { profile: Profile; samples: number; bytes: number } {
+  const str = (i: number | bigint) => p.stringTable.strings[Number(i)] ?? '';
+  const isJs = (s: Profile['sample'][number]) => s.label.some((l) => str(l.key) === 'heap' && str(l.str) === 'js');
+  const js = p.sample.filter(isJs);
+  if (js.length === 0) return { profile: p, samples: 0, bytes: 0 };
+  const inuse = p.sampleType.findIndex((t) => str(t.type) === 'inuse_space');
+  const bytes = inuse < 0 ? 0 : js.reduce((a, s) => a + Number(s.value[inuse] ?? 0), 0);
+  const profile = Object.assign(Object.create(Object.getPrototypeOf(p) as object) as Profile, p, { sample: p.sample.filter((s) => !isJs(s)) });
+  return { profile, samples: js.length, bytes };
+}
+
 export const CONVERT_HELP = `Usage: mimalloc-pprof convert IN OUT
 
 Converts a heap profile between gperftools heap_v2 text and profile.proto. IN's format is
 detected (proto, gzipped or not, or heap text); OUT's extension picks the output:
   .pb.gz, .pb, .pprof  gzipped profile.proto
   .heap, .txt          heap_v2 text (addresses and mappings only: function names are
-                       dropped; values are re-sampled to the profile's period)
+                       dropped; values are re-sampled to the profile's period;
+                       JavaScript-heap samples, which have no addresses, are left out
+                       and counted on stderr)
 
 ${SOURCE_HELP.replace('FILE may', 'IN may')}
 
 Options:
   --token T   bearer token for a URL (default: MIMALLOC_PPROF_TOKEN)
+  --timeout D how long to wait for a URL's answer (default 60s; 500ms, 10s, 2m)
   -h, --help  this help
 `;
 
@@ -59,9 +79,15 @@ export const convertCommand: Command = {
     }
     const [input, output] = args.positionals as [string, string];
     const format = outputFormat(output);
-    const token = tokenArg('convert', args.values.token);
-    const profile = await readProfile(input, token === undefined ? {} : { token });
-    writeFileAtomic(output, ENCODERS[format](profile, input));
+    const token = sourceArgs('convert', args.values);
+    const profile = await readProfile(input, token);
+    const { profile: kept, samples, bytes } = format === 'heap_v2' ? withoutJsHeap(profile) : { profile, samples: 0, bytes: 0 };
+    writeFileAtomic(output, ENCODERS[format](kept, input));
+    if (samples > 0) {
+      io.err.write(
+        `mimalloc-pprof: convert: left out ${samples} JavaScript-heap sample${samples === 1 ? '' : 's'} (${humanBytes(bytes)} in use): heap_v2 text holds native addresses only (keep the .pb.gz for them)\n`,
+      );
+    }
     return 0;
   },
 };

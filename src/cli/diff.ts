@@ -1,6 +1,6 @@
 /** `mimalloc-pprof diff BASE NEW`: the top of NEW − BASE (profile/diff.ts). */
 import { diff } from '../profile/diff.js';
-import { type Command, countArg, parseCommandArgs, readNamedProfile, SAMPLE_INDEXES, sampleIndexArg, SOURCE_HELP, TOKEN_OPTION, tokenArg } from './args.js';
+import { type Command, countArg, parseCommandArgs, readNamedProfile, SAMPLE_INDEXES, sampleIndexArg, SOURCE_HELP, TOKEN_OPTION, sourceArgs } from './args.js';
 import { printTop } from './top.js';
 
 export const DIFF_HELP = `Usage: mimalloc-pprof diff BASE NEW [--sample-index TYPE] [-n N]
@@ -15,6 +15,7 @@ Options:
   --sample-index TYPE  ${SAMPLE_INDEXES.join('|')} (default inuse_space)
   -n, --count N        rows (default 10)
   --token T            bearer token for URLs (default: MIMALLOC_PPROF_TOKEN)
+  --timeout D          how long to wait for a URL's answer (default 60s; 500ms, 10s, 2m)
   -h, --help           this help
 `;
 
@@ -29,7 +30,7 @@ export const diffCommand: Command = {
     const index = sampleIndexArg('diff', args.values['sample-index']);
     const n = countArg('diff', args.values.count, 10);
     const [baseFile, nextFile] = args.positionals as [string, string];
-    const token = tokenArg('diff', args.values.token);
+    const token = sourceArgs('diff', args.values);
     const base = await readNamedProfile(baseFile, token);
     const next = await readNamedProfile(nextFile, token);
     const d = diff(base, next);

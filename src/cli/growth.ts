@@ -4,7 +4,7 @@
  */
 import { ProfileMismatchError, UsageError } from '../errors.js';
 import { growthSeries, type ChainRow, type GrowthResult, type GrowthRow, type ProcessGrowth } from '../profile/growth.js';
-import { type Command, countArg, parseCommandArgs, readNamedProfile, SOURCE_HELP, TOKEN_OPTION, tokenArg, type Out } from './args.js';
+import { type Command, countArg, parseCommandArgs, readNamedProfile, SOURCE_HELP, TOKEN_OPTION, sourceArgs, type Out } from './args.js';
 import { humanBytes } from './top.js';
 
 export const GROWTH_HELP = `Usage: mimalloc-pprof growth FILE… [--json] [-n N] [--include-exit] [--sample-index TYPE] [--token T]
@@ -35,6 +35,7 @@ Options:
   --include-exit       fit the exit profile with the periodic ones
   --sample-index TYPE  inuse_space (default) or inuse_objects
   --token T            bearer token for URLs (default: MIMALLOC_PPROF_TOKEN)
+  --timeout D          how long to wait for a URL's answer (default 60s; 500ms, 10s, 2m)
   -h, --help           this help
 `;
 
@@ -125,7 +126,7 @@ export const growthCommand: Command = {
     const type = args.values['sample-index'] ?? 'inuse_space';
     if (type !== 'inuse_space' && type !== 'inuse_objects') throw new UsageError(`growth: --sample-index must be inuse_space or inuse_objects (got ${String(type)})`);
     const n = countArg('growth', args.values.count, 10);
-    const token = tokenArg('growth', args.values.token);
+    const token = sourceArgs('growth', args.values);
     const profiles = [];
     for (const source of args.positionals) profiles.push({ profile: await readNamedProfile(source, token), name: source });
     const analyses = growthSeries(profiles, { sampleType: type, includeExit: args.values['include-exit'] === true });

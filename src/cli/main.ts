@@ -5,8 +5,10 @@
  * naming the problem); an internal error prints one line (its stack with
  * NODE_DEBUG=mimalloc-pprof) and exits 1.
  */
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { createHash } from 'node:crypto';
+import { lstatSync, mkdirSync, readFileSync, readlinkSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { isAbsolute, join } from 'node:path';
 import { debuglog } from 'node:util';
 
 import { MimallocPprofError, UsageError } from '../errors.js';
@@ -46,16 +48,55 @@ function pathCommand(name: string, summary: string, help: string, path: () => st
 
 const libCommand = pathCommand(
   'lib',
-  'print the absolute path of the preload library, for\nLD_PRELOAD=$(npx mimalloc-pprof lib) ./app',
+  'print the absolute path of the preload library, for\nLD_PRELOAD="$(npx mimalloc-pprof lib)" ./app',
   `Usage: mimalloc-pprof lib
 
 Prints the absolute path of the preload library (libmimalloc-pprof.so). LD_PRELOAD splits
-on spaces and colons: when the path holds one, link the file from a path without (run does
-that by itself).
+on spaces and colons, quoted or not: when the path holds one, lib prints a link to the
+library from a folder of yours whose path holds neither (XDG_RUNTIME_DIR, else the temporary
+folder, mimalloc-pprof-<uid>/), so that LD_PRELOAD="$(npx mimalloc-pprof lib)" works.
 `,
-  () => libraryPath(),
+  () => preloadablePath(libraryPath()),
   (p) => (/[\s:]/.test(p) ? 'this path holds a space or a colon, which LD_PRELOAD splits on: link it from a path without one (ln -s), or use mimalloc-pprof run' : undefined),
 );
+
+/**
+ * The library as LD_PRELOAD can take it: its own path, or when that holds a space or a colon
+ * (which ld.so splits LD_PRELOAD on, quoted or not), a link to it in a folder of this user's
+ * alone whose path holds neither (XDG_RUNTIME_DIR, else the temporary folder). When no such
+ * link can be made, the path itself (lib then warns).
+ */
+export function preloadablePath(lib: string, env: NodeJS.ProcessEnv = process.env): string {
+  const splits = /[\s:]/;
+  if (!splits.test(lib)) return lib;
+  const uid = process.getuid?.() ?? 0;
+  for (const base of [env.XDG_RUNTIME_DIR, tmpdir()]) {
+    if (!base || !isAbsolute(base)) continue;
+    const dir = join(base, `mimalloc-pprof-${uid}`);
+    const link = join(dir, `libmimalloc-pprof-${createHash('sha256').update(lib).digest('hex').slice(0, 12)}.so`);
+    if (splits.test(link)) continue;
+    try {
+      mkdirSync(dir, { mode: 0o700, recursive: true });
+      const st = lstatSync(dir);
+      // another user's folder (made first, to swap the link) is not used
+      if (!st.isDirectory() || st.uid !== uid || (st.mode & 0o077) !== 0) continue;
+      let current: string | undefined;
+      try {
+        current = readlinkSync(link);
+      } catch {
+        current = undefined;
+      }
+      if (current !== lib) {
+        rmSync(link, { force: true });
+        symlinkSync(lib, link);
+      }
+      return link;
+    } catch {
+      continue;
+    }
+  }
+  return lib;
+}
 
 const includeCommand = pathCommand(
   'include',

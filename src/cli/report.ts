@@ -4,7 +4,7 @@
  * (src/report/).
  */
 import { writeHtmlReport } from '../report/index.js';
-import { type Command, parseCommandArgs, readNamedProfile, SOURCE_HELP, TOKEN_OPTION, tokenArg } from './args.js';
+import { type Command, parseCommandArgs, readNamedProfile, SOURCE_HELP, TOKEN_OPTION, sourceArgs } from './args.js';
 
 export const REPORT_HELP = `Usage: mimalloc-pprof report FILE… [-o report.html] [--token T]
 
@@ -19,6 +19,7 @@ heap_v2 text. ${SOURCE_HELP}
 Options:
   -o, --out FILE  where to write (default report.html)
   --token T       bearer token for URLs (default: MIMALLOC_PPROF_TOKEN)
+  --timeout D     how long to wait for a URL's answer (default 60s; 500ms, 10s, 2m)
   -h, --help      this help
 `;
 
@@ -30,7 +31,7 @@ export const reportCommand: Command = {
       io.out.write(REPORT_HELP);
       return 0;
     }
-    const token = tokenArg('report', args.values.token);
+    const token = sourceArgs('report', args.values);
     const out = typeof args.values.out === 'string' && args.values.out !== '' ? args.values.out : 'report.html';
     const profiles = [];
     for (const source of args.positionals) profiles.push({ profile: await readNamedProfile(source, token), source });

@@ -6,7 +6,7 @@
  */
 import { basename } from 'node:path';
 
-import type { Profile } from 'pprof-format';
+import type { Profile } from '../profile/pprof.js';
 
 import { UsageError } from '../errors.js';
 import { formatPeak } from '../profile/peak.js';
@@ -38,7 +38,7 @@ Options:
                       (profiles carry in-use figures and allocated totals, alloc_space and
                       alloc_objects; MIMALLOC_PROF_MAX_BYTES caps the profiler's memory)
   --seed N            reproducible sampling
-  --bt-max N          stack depth, 1-128 (default 64)
+  --bt-max N          stack depth, 1-128 (default 64; MIMALLOC_PROF_BT_MAX without run: 32)
   --top N             rows of the printed table (default 10; 0: none)
   --no-gc             Node: skip the full garbage collection before the exit profile
                       (by default memory that only unreachable JavaScript objects hold,
@@ -60,6 +60,8 @@ Options:
   --html              also write an offline HTML report of the profile that is detailed
                       (flame graph, tables; see mimalloc-pprof report) next to it, FILE
                       with .html for its extension
+  --no-cmdline        leave the processes' command lines out of the profiles and the report
+                      (an argument may be a password; files are written 0600 either way)
   --no-profile        only run CMD on mimalloc (no profiling)
   -h, --help          this help
 `;
@@ -73,7 +75,7 @@ const VALUE_OPTIONS = new Set(['--out', '--format', '--interval', '--seed', '--b
 
 export function parseRunArgs(argv: string[]): CliRunOptions | 'help' {
   const opts: CliRunOptions = { out: 'mimalloc-pprof.pb.gz', format: 'proto', btMax: 64, top: 10, profile: true, gc: true, jsHeap: true, command: [] };
-  const split = splitCommandLine('run', argv, new Set(['--no-profile', '--no-gc', '--no-js-heap', '--main-only', '--html', '--peak']), VALUE_OPTIONS);
+  const split = splitCommandLine('run', argv, new Set(['--no-profile', '--no-gc', '--no-js-heap', '--main-only', '--html', '--peak', '--no-cmdline']), VALUE_OPTIONS);
   if (split === 'help') return 'help';
   for (const [name, value] of split.options) {
     if (value === true) {
@@ -82,6 +84,7 @@ export function parseRunArgs(argv: string[]): CliRunOptions | 'help' {
       else if (name === '--main-only') opts.mainOnly = true;
       else if (name === '--html') opts.html = true;
       else if (name === '--peak') opts.peak = true;
+      else if (name === '--no-cmdline') opts.cmdline = false;
       else opts.profile = false; // --no-profile
       continue;
     }

@@ -17,7 +17,7 @@ import {
   type SampleIndexName,
   SOURCE_HELP,
   TOKEN_OPTION,
-  tokenArg,
+  sourceArgs,
 } from './args.js';
 
 export const TOP_HELP = `Usage: mimalloc-pprof top FILE [--sample-index TYPE] [-n N]
@@ -31,6 +31,7 @@ Options:
   --sample-index TYPE  ${SAMPLE_INDEXES.join('|')} (default inuse_space)
   -n, --count N        rows (default 10)
   --token T            bearer token for a URL (default: MIMALLOC_PPROF_TOKEN)
+  --timeout D          how long to wait for a URL's answer (default 60s; 500ms, 10s, 2m)
   -h, --help           this help
 `;
 
@@ -110,7 +111,7 @@ export const topCommand: Command = {
     }
     const index = sampleIndexArg('top', args.values['sample-index']);
     const n = countArg('top', args.values.count, 10);
-    const token = tokenArg('top', args.values.token);
+    const token = sourceArgs('top', args.values);
     const file = args.positionals[0]!;
     const profile = await readNamedProfile(file, token);
     printTop(profile, index, n, io.out, undefined, file);

@@ -17,14 +17,14 @@ import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 
 import { LibraryMissingError } from '../errors.js';
-import { buildHint, libraryPath, packageRoot } from '../preload/library.js';
+import { buildHint, libraryPath, nativeSource } from '../preload/library.js';
 import type { Arm } from './allocators.js';
 
 export const HELPER_FILE = 'mpp-rusage';
 
 /** The rusage helper; a missing one is an error that names the fix. */
 export function helperPath(): string {
-  const p = join(packageRoot, 'build', HELPER_FILE);
+  const p = join(nativeSource().dir, HELPER_FILE);
   if (!existsSync(p)) {
     throw new LibraryMissingError(
       `compare's run helper is not built (${p} is missing): ${buildHint()}`,

@@ -5,7 +5,9 @@
  *   /debug/pprof/            index (HTML)
  *   /debug/pprof/heap        in-use memory (default sample type inuse_space)
  *   /debug/pprof/allocs      the same profile, default sample type alloc_space
- *   /debug/pprof/cmdline     the process's arguments, NUL-separated
+ *   /debug/pprof/cmdline     the process's arguments, NUL-separated (with authToken only: an
+ *                            argument may be a password, and without a token every local
+ *                            user can ask)
  *   /debug/pprof/symbol      pprof's remote symbolisation endpoint (profiles are already named)
  *
  * Query: `debug=N` (>0: heap_v2 text annotated with names), `gc=N` (heap: V8's gc first when
@@ -129,6 +131,7 @@ export function pprofHandler(options: PprofHandlerOptions = {}): PprofHandler {
   if (options.allowRemote !== undefined && typeof options.allowRemote !== 'boolean') throw new TypeError('pprofHandler: allowRemote must be a boolean');
   const remoteAllowed = token !== undefined || options.allowRemote === true;
   let warnedRemote = false;
+  let warnedRemoteServed = false; // a remote peer served without a token (allowRemote), said once
   const autoStart = options.autoStart ?? true;
   const startOptions: StartOptions = autoStart === true ? { accum: true } : autoStart === false ? {} : { accum: true, ...autoStart };
   if (autoStart !== false) checkStartOptions(startOptions);
@@ -305,11 +308,17 @@ ${descriptions}
       stats.refused++;
       if (!warnedRemote) {
         warnedRemote = true;
+        warnedRemoteServed = true;
         process.stderr.write(
           `mimalloc-pprof: warning: refused ${prefix}/ to ${remote}: heap profiles are served to loopback clients only (set authToken, or allowRemote: true)\n`,
         );
       }
       return serveError(res, 403, 'mimalloc-pprof: profiles are served to loopback clients only (the server sets authToken or allowRemote to change that)');
+    }
+    if (!token && !warnedRemoteServed && !isLoopbackAddress(req.socket?.remoteAddress)) {
+      // allowRemote without a token: heap profiles go to whoever asks; said once per handler
+      warnedRemoteServed = true;
+      process.stderr.write(`mimalloc-pprof: warning: serving ${prefix}/ to ${req.socket?.remoteAddress ?? 'a remote peer'} without a token (allowRemote): anyone who can reach this port reads the heap profiles\n`);
     }
     if (!authorized(req)) {
       return serveError(res, 401, 'mimalloc-pprof: missing or wrong bearer token', { 'WWW-Authenticate': 'Bearer realm="pprof"' });
@@ -331,6 +340,7 @@ ${descriptions}
     }
     if (!readOnly) return serveError(res, 405, 'method not allowed', { Allow: 'GET, HEAD' });
     if (name === 'cmdline') {
+      if (!token) return serveError(res, 403, 'mimalloc-pprof: the command line is served only with a token (the server sets authToken)');
       res.writeHead(200, { 'Content-Type': 'text/plain; charset=utf-8', 'X-Content-Type-Options': 'nosniff' });
       res.end(process.argv.join('\x00'));
       return;

@@ -40,6 +40,9 @@ export function isLoopback(host: string): boolean {
   return isIP(host) === 4 && host.startsWith('127.');
 }
 
+/** A tokenless start on a non-loopback address has been reported (once per process). */
+let warnedTokenless = false;
+
 export async function serve(options: ServeOptions = {}): Promise<PprofServer> {
   const handlerOptions: PprofHandlerOptions = {};
   for (const [k, v] of Object.entries(options)) {
@@ -51,7 +54,8 @@ export async function serve(options: ServeOptions = {}): Promise<PprofServer> {
   const maxConnections = options.maxConnections ?? 64;
   if (!Number.isInteger(maxConnections) || maxConnections < 1) throw new TypeError('serve: maxConnections must be a positive integer');
   const handler = pprofHandler(handlerOptions);
-  if (!isLoopback(host) && options.authToken === undefined) {
+  if (!isLoopback(host) && options.authToken === undefined && !warnedTokenless) {
+    warnedTokenless = true; // once per process
     process.stderr.write(
       options.allowRemote === true
         ? `mimalloc-pprof: warning: serving heap profiles on ${host} to anyone (allowRemote without authToken)\n`

@@ -118,7 +118,7 @@ export function checkAvailability(): Availability {
   if (!a.available) {
     availability = {
       available: false,
-      reason: a.reason ?? 'not preloaded: start the process with LD_PRELOAD=$(npx mimalloc-pprof lib)',
+      reason: a.reason ?? 'not preloaded: start the process with LD_PRELOAD="$(npx mimalloc-pprof lib)"',
       code: 'MPP_ERR_NOT_PRELOADED',
     };
     return availability;
@@ -130,7 +130,7 @@ export function checkAvailability(): Availability {
     availability = {
       available: false,
       reason: mismatch
-        ? 'library version mismatch: the preload library in this process speaks another version of the C API than this package (use the library of the same mimalloc-pprof install: LD_PRELOAD=$(npx mimalloc-pprof lib))'
+        ? 'library version mismatch: the preload library in this process speaks another version of the C API than this package (use the library of the same mimalloc-pprof install: LD_PRELOAD="$(npx mimalloc-pprof lib)")'
         : `the preload library does not answer: ${e instanceof Error ? e.message : String(e)}`,
       code: mismatch ? 'MPP_ERR_VERSION' : 'MPP_ERR_NOT_PRELOADED',
     };

@@ -9,7 +9,7 @@ import { existsSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 
-import { Function as PFunction, Line, type Location, type Mapping, type Profile } from 'pprof-format';
+import { Function as PFunction, Line, type Location, type Mapping, type Profile } from '../profile/pprof.js';
 
 import { packageRoot } from '../preload/library.js';
 import { diff, encodeHeapText, indexProfile, merge, parseProfile, scale, str, validateProfile } from '../profile/index.js';

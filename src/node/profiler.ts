@@ -1,6 +1,6 @@
 /**
  * The in-process API: `import { profiler } from 'mimalloc-pprof'` in a process that runs
- * under the preload library (LD_PRELOAD=$(npx mimalloc-pprof lib)).
+ * under the preload library (LD_PRELOAD="$(npx mimalloc-pprof lib)").
  *
  * Without the preload, `available()` says so and why, and every other call fails with one
  * typed error (NotPreloadedError, code MPP_ERR_NOT_PRELOADED; LibraryVersionError,

@@ -10,7 +10,7 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 
-import type { Profile } from 'pprof-format';
+import type { Profile } from '../profile/pprof.js';
 
 import { mergeJsHeap, type V8SamplingHeapProfile } from '../profile/js-heap.js';
 import { annotatePeak } from '../profile/peak.js';

@@ -85,10 +85,16 @@ export function isProfileUrl(source: string): boolean {
   return /^https?:\/\//i.test(source);
 }
 
+/** A URL of a scheme other than http(s) (`ftp://…`, `file://…`): refused by name rather than
+ * read as a file path that does not exist. */
+function unsupportedScheme(source: string): string | undefined {
+  return /^([a-z][a-z0-9+.-]*):\/\//i.exec(source)?.[1];
+}
+
 export interface ReadOptions {
   /** Bearer token for URLs (`Authorization: Bearer …`). */
   token?: string;
-  /** Give up on a URL after this long (default 60 s, plus `seconds=N` of a delta request). */
+  /** Give up on a URL after this long (default 60 s), plus `seconds=N` of a delta request. */
   timeoutMs?: number;
 }
 
@@ -105,7 +111,7 @@ async function fetchProfileBytes(url: string, options: ReadOptions): Promise<Uin
     throw new FileAccessError(`cannot read ${shown}: put the credentials in --token (or MIMALLOC_PPROF_TOKEN), not in the URL`);
   }
   const seconds = Number(parsed.searchParams.get('seconds') ?? '') || 0;
-  const timeoutMs = options.timeoutMs ?? 60_000 + Math.min(seconds, 3600) * 1000;
+  const timeoutMs = (options.timeoutMs ?? 60_000) + Math.min(seconds, 3600) * 1000;
   const headers: Record<string, string> = { 'User-Agent': 'mimalloc-pprof' };
   if (options.token !== undefined && options.token !== '') headers.Authorization = `Bearer ${options.token}`;
   // node:http rather than fetch: any port (fetch refuses some, e.g. 6000), errors with their codes
@@ -143,7 +149,7 @@ async function fetchProfileBytes(url: string, options: ReadOptions): Promise<Uin
         fail(`HTTP ${status}${hint}`);
       });
     });
-    req.on('timeout', () => req.destroy(Object.assign(new Error(`no answer within ${Math.round(timeoutMs / 1000)} s`), { code: 'ETIMEDOUT' })));
+    req.on('timeout', () => req.destroy(Object.assign(new Error(`no answer within ${timeoutMs < 10_000 ? `${timeoutMs / 1000}` : Math.round(timeoutMs / 1000)} s (--timeout sets how long to wait)`), { code: 'ETIMEDOUT' })));
     req.on('error', (e: NodeJS.ErrnoException) => fail(e.code === 'ETIMEDOUT' ? e.message : e.code ? `${e.code} (${e.message})` : e.message));
   });
 }
@@ -154,16 +160,22 @@ async function fetchProfileBytes(url: string, options: ReadOptions): Promise<Uin
  */
 export async function readProfile(source: string, options: ReadOptions = {}): Promise<Profile> {
   if (!isProfileUrl(source)) {
+    const scheme = unsupportedScheme(source);
+    if (scheme !== undefined) throw new FileAccessError(`cannot read ${source}: unsupported URL scheme ${scheme}: (http:// and https:// only; a file is a path)`);
     return parseBounded(readBytes(source), source);
   }
   return parseBounded(await fetchProfileBytes(source, options), source.replace(/^(https?:\/\/)[^/@]*@/i, '$1'));
 }
 
-/** Writes a file atomically (temporary file + rename); errors name the file. */
+/** Writes a file atomically (temporary file + rename), mode 0600 (narrower when the umask
+ * says so): profiles and reports carry what a program held and its command line, which are
+ * not for every user of the machine. Errors name the file. */
 export function writeFileAtomic(path: string, data: Uint8Array | string): void {
   const tmp = `${path}.tmp-${process.pid}`;
   try {
-    writeFileSync(tmp, data);
+    // MIMALLOC_PPROF_TEST_OPEN_MODES=1: the tests' control (test/run/modes.test.ts)
+    rmSync(tmp, { force: true }); // a leftover of an earlier crash would keep its mode
+    writeFileSync(tmp, data, { mode: process.env.MIMALLOC_PPROF_TEST_OPEN_MODES === '1' ? 0o644 : 0o600 });
     renameSync(tmp, path);
   } catch (e) {
     rmSync(tmp, { force: true });

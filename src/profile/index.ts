@@ -11,4 +11,4 @@ export { growth, growthSeries, groupByProcess, processInfo, type ChainRow, type 
 export { top, totalValue, type TopRow } from './top.js';
 export { findSampleType, frameNames, indexProfile, sampleTypeNames, str, type Numeric, type ProfileIndex } from './model.js';
 export type { ParseResult } from './proto.js';
-export { Profile } from 'pprof-format';
+export { Profile } from './pprof.js';

@@ -8,9 +8,9 @@
  * Because the form is canonical, equal values are `===` and can key a `Map`. int64 fields
  * (values, string indexes, line numbers) are signed; uint64 fields (ids, addresses) unsigned.
  */
-import { Function as PFunction, Location, Mapping, type Profile } from 'pprof-format';
+import { Function as PFunction, Location, Mapping, type Profile } from './pprof.js';
 
-export { Function, Label, Line, Location, Mapping, Profile, Sample, StringTable, ValueType } from 'pprof-format';
+export { Function, Label, Line, Location, Mapping, Profile, Sample, StringTable, ValueType } from './pprof.js';
 
 export type Numeric = number | bigint;
 

@@ -8,7 +8,7 @@
  * and one comment that says "at the peak" with both. The profile's time becomes the peak's, so
  * `go tool pprof`'s `Time:` and the report's "taken" say when the figures were true.
  */
-import type { Profile } from 'pprof-format';
+import type { Profile } from './pprof.js';
 
 import { rowVariance } from './growth.js';
 

@@ -19,7 +19,7 @@
  */
 import { gzipSync } from 'node:zlib';
 
-import { emptyTableToken, Function as PFunction, Label, Line, Location, Mapping, Profile, Sample, StringTable, ValueType } from 'pprof-format';
+import { emptyTableToken, Function as PFunction, Label, Line, Location, Mapping, Profile, Sample, StringTable, ValueType } from './pprof.js';
 
 import { canon, type Numeric } from './model.js';
 import { validateProfile } from './validate.js';

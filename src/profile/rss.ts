@@ -9,7 +9,7 @@
  * A profile carries its breakdown as one comment, `rss_breakdown: key=value …` in bytes,
  * which `go tool pprof -comments` shows and `parseRssBreakdown` reads back.
  */
-import type { Profile } from 'pprof-format';
+import type { Profile } from './pprof.js';
 
 export interface RssBreakdown {
   /** The resident set: the sum of /proc/self/smaps' Rss. */

@@ -1,2 +1,2 @@
 /** Pushing to a continuous profiler (Grafana Pyroscope's /ingest). Re-exports only. */
-export { pushTo, seriesName, SAMPLE_TYPE_CONFIG, type PushOptions, type Pusher, type PushStats } from './pyroscope.js';
+export { pushTo, seriesName, SAMPLE_TYPE_CONFIG, type PushOptions, type Pusher, type PushStats, type PushResult, type SettleOptions } from './pyroscope.js';

@@ -9,6 +9,10 @@
  * run in the profiling worker; uploads are asynchronous, one at a time, from a bounded queue
  * (oldest dropped); failures are retried with exponential backoff and jitter, a profile is
  * given up after `retry.attempts` tries, and one line is logged per failure window.
+ *
+ * `flush()` and `stop()` wait at most their deadline (default 5 s), keep the process alive
+ * while they wait (a shutdown hook's `await flush()` runs to its end even when nothing else is
+ * on the event loop), and resolve with what was sent and what was not.
  */
 import { randomBytes } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
@@ -45,6 +49,25 @@ export interface PushOptions {
   autoStart?: boolean | StartOptions;
   /** Where the one line per failure window goes (default stderr). */
   logger?: Logger;
+  /** How long flush() and stop() wait at most, by default (default 5 000 ms). */
+  deadlineMs?: number;
+}
+
+/** What a flush() or stop() achieved. */
+export interface PushResult {
+  /** Profiles the server accepted while it waited. */
+  sent: number;
+  /** Profiles given up on while it waited (attempts exhausted, a 4xx, queue overflow). */
+  failed: number;
+  /** Profiles not sent when it resolved: still queued (flush), or dropped unsent (stop). */
+  pending: number;
+  /** true: it resolved at its deadline with work left. */
+  timedOut: boolean;
+}
+
+export interface SettleOptions {
+  /** Wait at most this long (default: pushTo's deadlineMs, 5 000 ms). */
+  deadlineMs?: number;
 }
 
 export interface PushStats {
@@ -68,10 +91,12 @@ export interface PushStats {
 
 export interface Pusher {
   readonly stats: PushStats;
-  /** Collects the current window now and waits until the queue is empty (or `timeoutMs`). */
-  flush(timeoutMs?: number): Promise<void>;
-  /** Stops collecting and sending; what is queued is dropped. */
-  stop(): void;
+  /** Collects the current window now and waits until the queue is empty or the deadline
+   * (a number: the deadline in ms); the process stays alive meanwhile. */
+  flush(options?: number | SettleOptions): Promise<PushResult>;
+  /** Stops collecting; sends the last window and what is queued until the deadline, then
+   * drops the rest and abandons an upload under way. */
+  stop(options?: SettleOptions): Promise<PushResult>;
 }
 
 const KEYS = new Set([
@@ -87,6 +112,7 @@ const KEYS = new Set([
   'retry',
   'autoStart',
   'logger',
+  'deadlineMs',
 ]);
 
 /** What every pushed profile declares about its sample types (Pyroscope's SampleTypeConfig). */
@@ -141,7 +167,7 @@ interface Item {
 
 type Outcome = { ok: true } | { ok: false; retry: boolean; reason: string };
 
-function post(url: URL, body: Buffer, headers: Record<string, string>, timeoutMs: number): Promise<Outcome> {
+function post(url: URL, body: Buffer, headers: Record<string, string>, timeoutMs: number, signal: AbortSignal): Promise<Outcome> {
   const request = url.protocol === 'https:' ? httpsRequest : httpRequest;
   return new Promise<Outcome>((resolve) => {
     let done = false;
@@ -151,7 +177,7 @@ function post(url: URL, body: Buffer, headers: Record<string, string>, timeoutMs
         resolve(o);
       }
     };
-    const req = request(url, { method: 'POST', headers: { ...headers, 'Content-Length': String(body.length) }, timeout: timeoutMs }, (res) => {
+    const req = request(url, { method: 'POST', headers: { ...headers, 'Content-Length': String(body.length) }, timeout: timeoutMs, signal }, (res) => {
       const chunks: Buffer[] = [];
       let size = 0;
       res.on('data', (c: Buffer) => {
@@ -175,7 +201,8 @@ function post(url: URL, body: Buffer, headers: Record<string, string>, timeoutMs
 /** The pusher of a process where the profiler is unavailable: stats say so, calls do nothing. */
 function inertPusher(reason: string): Pusher {
   const stats: PushStats = { available: false, reason, collected: 0, pushed: 0, failedAttempts: 0, dropped: 0, queued: 0, logged: 1 };
-  return { stats, flush: () => Promise.resolve(), stop: () => undefined };
+  const none: PushResult = { sent: 0, failed: 0, pending: 0, timedOut: false };
+  return { stats, flush: () => Promise.resolve({ ...none }), stop: () => Promise.resolve({ ...none }) };
 }
 
 function positive(name: string, v: unknown, dflt: number, min = 1): number {
@@ -211,6 +238,7 @@ export function pushTo(options: PushOptions): Pusher {
   const startOptions: StartOptions = autoStart === true ? { accum: true } : autoStart === false ? {} : { accum: true, ...autoStart };
   if (autoStart !== false) checkStartOptions(startOptions);
   const logger = options.logger ?? stderrLogger;
+  const defaultDeadlineMs = positive('deadlineMs', options.deadlineMs, 5_000, 0);
   try {
     requireAddon();
     if (autoStart !== false && !profiler.isRunning()) profiler.start(startOptions);
@@ -250,6 +278,7 @@ export function pushTo(options: PushOptions): Pusher {
   let wake: (() => void) | undefined;
   let wait: NodeJS.Timeout | undefined;
   const idle: (() => void)[] = [];
+  const abort = new AbortController(); // stop(): the upload under way is abandoned
 
   const sync = () => {
     stats.queued = queue.length;
@@ -304,7 +333,8 @@ export function pushTo(options: PushOptions): Pusher {
         const q = new URLSearchParams({ name, from: String(item.from), until: String(Math.max(item.until, item.from + 1)), spyName: 'mimalloc-pprof' });
         const target = new URL(ingest.href);
         target.search = q.toString();
-        const outcome = await post(target, item.body, { ...headers, 'Content-Type': item.contentType }, timeoutMs);
+        const outcome = await post(target, item.body, { ...headers, 'Content-Type': item.contentType }, timeoutMs, abort.signal);
+        if (stopped) break;
         if (outcome.ok) {
           if (queue[0] === item) queue.shift();
           stats.pushed++;
@@ -342,32 +372,62 @@ export function pushTo(options: PushOptions): Pusher {
   timer.unref();
   void collect(); // opens the first window
 
-  return {
-    stats,
-    async flush(flushTimeoutMs = 30_000) {
+  const deadlineOf = (o: number | SettleOptions | undefined): number => {
+    const ms = typeof o === 'number' ? o : o?.deadlineMs;
+    return ms === undefined ? defaultDeadlineMs : positive('deadlineMs', ms, defaultDeadlineMs, 0);
+  };
+
+  /**
+   * The last window collected and the queue sent, until `deadlineMs`. The deadline's timer is
+   * ref'ed: it is what keeps a process whose event loop holds nothing else (the retries' own
+   * timers are unref'ed) alive until the flush resolves.
+   */
+  const settle = async (deadlineMs: number): Promise<PushResult> => {
+    const pushed = stats.pushed;
+    const dropped = stats.dropped;
+    let keepAlive: NodeJS.Timeout | undefined;
+    const late = new Promise<'late'>((resolve) => {
+      keepAlive = setTimeout(() => resolve('late'), deadlineMs);
+      // MIMALLOC_PPROF_TEST_FLUSH_UNREF=1: the tests' control (test/push/flush.test.ts)
+      if (process.env.MIMALLOC_PPROF_TEST_FLUSH_UNREF === '1') keepAlive.unref();
+    });
+    const work = (async () => {
       await collect();
       if (!previous || stopped) return;
       await collect(); // the window up to now
       if (queue.length === 0 && !sending) return;
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, flushTimeoutMs);
-        t.unref();
-        idle.push(() => {
-          clearTimeout(t);
-          resolve();
-        });
-      });
+      await new Promise<void>((resolve) => idle.push(resolve));
+    })();
+    const outcome = await Promise.race([work.then(() => 'done' as const), late]);
+    clearTimeout(keepAlive);
+    return { sent: stats.pushed - pushed, failed: stats.dropped - dropped, pending: queue.length, timedOut: outcome === 'late' };
+  };
+
+  let stopping: Promise<PushResult> | undefined;
+
+  return {
+    stats,
+    flush(o?: number | SettleOptions) {
+      if (stopped) return Promise.resolve({ sent: 0, failed: 0, pending: 0, timedOut: false });
+      return settle(deadlineOf(o));
     },
-    stop() {
-      stopped = true;
-      clearInterval(timer);
-      if (wait) clearTimeout(wait);
-      wake?.();
-      queue.length = 0;
-      previous?.release();
-      previous = undefined;
-      sync();
-      for (const f of idle.splice(0)) f();
+    stop(o?: SettleOptions) {
+      return (stopping ??= (async () => {
+        clearInterval(timer);
+        const deadlineMs = deadlineOf(o);
+        const result = deadlineMs > 0 ? await settle(deadlineMs) : { sent: 0, failed: 0, pending: queue.length, timedOut: false };
+        stopped = true;
+        abort.abort();
+        if (wait) clearTimeout(wait);
+        wake?.();
+        stats.dropped += queue.length;
+        queue.length = 0;
+        previous?.release();
+        previous = undefined;
+        sync();
+        for (const f of idle.splice(0)) f();
+        return result;
+      })());
     },
   };
 }

@@ -11,13 +11,13 @@
  * symbolised here, in this process, and written next to `out`.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { accessSync, copyFileSync, constants as fsConstants, existsSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { accessSync, chmodSync, copyFileSync, constants as fsConstants, existsSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { constants as osConstants, tmpdir } from 'node:os';
 import { dirname, extname, join, resolve } from 'node:path';
 import { debuglog } from 'node:util';
 
-import type { Profile } from 'pprof-format';
-import { Profile as ProfileCodec } from 'pprof-format';
+import type { Profile } from '../profile/pprof.js';
+import { Profile as ProfileCodec } from '../profile/pprof.js';
 
 import { UsageError } from '../errors.js';
 import { denoExecutable, isNodeProgram, preloadObstacle, which } from '../preload/launch.js';
@@ -28,6 +28,7 @@ import { mergeJsHeap, type V8SamplingHeapProfile } from '../profile/js-heap.js';
 import { annotatePeak, type PeakInfo } from '../profile/peak.js';
 import { formatRssComment, type RssBreakdown } from '../profile/rss.js';
 import { humanBytes } from '../cli/top.js';
+import { withoutJsHeap } from '../cli/convert.js';
 import { codeCopiesFromSnapshot, codeCopiesOf, type CodeCopy } from '../symbolize/code-copies.js';
 import { isPreloadLibrary, symbolize } from '../symbolize/index.js';
 import { recordedNumber } from '../symbolize/raw.js';
@@ -61,6 +62,9 @@ export interface RunOptions {
   /** Milliseconds between periodic profiles (MIMALLOC_PROF_DUMP_EVERY): each process's series
    * is written, named, while it runs, as `out` with .<pid>.<n> before .pb.gz. */
   every?: number;
+  /** false: the command lines of the run's processes are left out of the profiles (and so of
+   * the report): an argument may be a password (default true). */
+  cmdline?: boolean;
 }
 
 /** One process of the run. */
@@ -375,9 +379,12 @@ function keepV8Logs(runDir: string, markers: readonly ProcessMarker[], launchedF
         const to = join(runDir, `v8log.${m.pid}.${n++}.log`);
         try {
           renameSync(f, to);
+          chmodSync(to, 0o600);
         } catch {
           try {
             copyFileSync(f, to); // another file system
+            chmodSync(to, 0o600);
+            rmSync(f, { force: true });
           } catch {
             // unreadable: its inlined functions show as their callers
           }
@@ -501,9 +508,10 @@ function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport, copie
   }
   comment(`mimalloc-pprof ${packageVersion()} run: interval=${opts.interval ?? 524288} seed=${opts.seed ?? 'none'} pid=${p.pid}`);
   if (p.ppid) comment(`ppid=${p.ppid}`);
-  if (p.argv.length > 0) comment(`command: ${p.argv.join(' ')}`);
+  if (p.argv.length > 0 && opts.cmdline !== false) comment(`command: ${p.argv.join(' ')}`);
   const out = p.main ? opts.out : withPid(opts.out, p.pid);
-  writeFileAtomic(out, opts.format === 'proto' ? encodeProfile(profile) : encodeHeapText(profile, out));
+  // heap_v2 text has native addresses only: JavaScript-heap samples would be `0x0` rows
+  writeFileAtomic(out, opts.format === 'proto' ? encodeProfile(profile) : encodeHeapText(withoutJsHeap(profile).profile, out));
   rmSync(perfMap, { force: true });
   debug('postprocess pid=%d samples=%d ms=%s', p.pid, profile.sample.length, (performance.now() - started).toFixed(1));
   p.file = resolve(out);

@@ -9,7 +9,7 @@
  */
 import { basename } from 'node:path';
 
-import { Function as ProfileFunction, Label, Line, Location, Mapping, type Profile } from 'pprof-format';
+import { Function as ProfileFunction, Label, Line, Location, Mapping, type Profile } from '../profile/pprof.js';
 
 import { CodeCopyIndex, codeCopiesOf, type CodeCopy } from './code-copies.js';
 import { demangle } from './demangle.js';
@@ -86,8 +86,10 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
 
   const mappings = new Map<number, Mapping>(profile.mapping.map((m) => [num(m.id), m]));
   // MIMALLOC_PPROF_TEST_NO_CODE_COPIES=1: the tests' control (test/symbolize/unnamed.test.ts)
+  // leaves V8's copy of its builtins unnamed, by the copy and (Node 22 on) by the perf map
+  const noCopies = process.env.MIMALLOC_PPROF_TEST_NO_CODE_COPIES === '1';
   const copies = new CodeCopyIndex(
-    process.env.MIMALLOC_PPROF_TEST_NO_CODE_COPIES === '1' ? [] : (options.codeCopies ?? (options.pid !== undefined && options.pid === process.pid ? codeCopiesOf('self') : [])),
+    noCopies ? [] : (options.codeCopies ?? (options.pid !== undefined && options.pid === process.pid ? codeCopiesOf('self') : [])),
   );
   // one mapping per copy whose frames were named (pprof then leaves them alone)
   const copyMappings = new Map<CodeCopy, Mapping>();
@@ -188,6 +190,10 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
     // JIT code lies outside every file: no mapping (ours), or an anonymous one (heap_v2 text
     // carries all of /proc/self/maps)
     const anonymous = !mapping || str(mapping.filename) === '' || str(mapping.filename).startsWith('[');
+    // or a file's mapping the file has no name for: from Node 22 on V8 maps its copy of the
+    // builtins into its code range, beside the JIT code, and a dump's record of the copy (the
+    // whole file at the copy's load bias) can take in JIT code below it
+    const unnamedInFile = !anonymous && perfMap !== undefined;
     // V8's copy of its builtins (or other code outside the recorded mappings): the file's code
     const copy = anonymous ? copies.lookup(address) : undefined;
     if (copy) {
@@ -217,7 +223,9 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
         continue;
       }
     }
-    const js = anonymous ? perfMap?.lookup(address) : undefined;
+    // from Node 22 on, V8's perf map lists its builtins at the addresses of the copy
+    const found = anonymous || unnamedInFile ? perfMap?.lookup(address) : undefined;
+    const js = found && !(noCopies && found.kind === 'builtin') ? found : undefined;
     if (js) {
       loc.line = jsLine(js, address);
       jitLocations.push(loc);

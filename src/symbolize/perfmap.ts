@@ -12,7 +12,11 @@
  *                                       the BytecodeArray's heap address under the same name)
  *   `JS:^name …`                       Sparkplug baseline code
  *   `JS:*name …`                       TurboFan optimised code (`JS:+` would be Maglev)
- *   `JS:o*name …`, `JS:o+name …`       V8 15 (Deno 2.9): the same, compiled on the stack (OSR)
+ *   `JS:*'name …`, `JS:+'name …`       Node 24 and 26 (V8 13.6, 14.6): TurboFan and Maglev code
+ *                                       specialised to one function context (`'fromString`
+ *                                       where the quote is taken for the name)
+ *   `JS:o*name …`, `JS:o+name …`       Node 26 (V8 14.6), Deno 2.9 (V8 15): the same, compiled
+ *                                       on the stack (OSR)
  *   `JS:~ /path.js:8:18`               anonymous function (empty name)
  *   `JS:~get gx /path.js:1:19`         accessors carry `get `/`set ` in the name
  *   `Script:~ file:///path.mjs:1:1`, `Eval:~ /path.js:1:1`, `Eval:~ :1:1`   top-level code
@@ -87,6 +91,11 @@ const JS_TAGS = new Set(['JS', 'LazyCompile', 'Function', 'Script', 'Eval']);
 /** NAME LOCATION where LOCATION is `script:line:col`; a name is one word, optionally after
  * `get `/`set ` (accessors), so a script path may contain spaces. */
 const JS_BODY = /^((?:(?:get|set) )?\S*) (.*):(\d+):(\d+)$/;
+/** The tier marker at the start of a JavaScript entry's body: `~` interpreted, `^` Sparkplug,
+ * `+` Maglev, `*` TurboFan; `+'` and `*'` the same compiled for one context (V8 12.x on, seen
+ * from Node 24); an `o` before it (V8 14 on: Node 26, Deno 2.9) marks OSR code. The `'` is part of
+ * the marker, never of the name (a name cannot start right after the tier with a quote). */
+const TIER = /^o?([~^]|[*+]'?)/;
 
 /** Parses a perf map. Malformed lines are skipped, as is a last line without a newline (V8
  * may be half-way through writing it). Offsets are counted in the file's bytes (a name V8
@@ -130,14 +139,15 @@ export function parsePerfName(raw: string): Pick<PerfSymbol, 'name' | 'file' | '
   if (tag === 'Builtin' || tag === 'BytecodeHandler') return { name: raw, file: '', line: 0, column: 0, kind: 'builtin', tag };
   if (!JS_TAGS.has(tag)) return { name: raw, file: '', line: 0, column: 0, kind: 'other', tag };
   let body = raw.slice(colon + 1);
-  // newer V8s (Deno 2.9's V8 15) put `o` before the tier of code compiled on the stack (OSR)
-  if (/^o[~^*+]/.test(body)) body = body.slice(1);
-  const marker = body[0];
+  // the code kind's marker (V8's CodeKindToMarker), `o` before it for code compiled on the
+  // stack (OSR); nothing for an interpreted function whose optimisation is disabled
+  const tier = TIER.exec(body);
   let kind: PerfSymbolKind = 'other';
-  if (marker === '~') kind = 'interpreted';
-  else if (marker === '^') kind = 'baseline';
-  else if (marker === '*' || marker === '+') kind = 'optimized';
-  if (kind !== 'other') body = body.slice(1);
+  if (tier) {
+    const marker = tier[1]![0];
+    kind = marker === '~' ? 'interpreted' : marker === '^' ? 'baseline' : 'optimized';
+    body = body.slice(tier[0].length);
+  }
   const m = JS_BODY.exec(body);
   if (!m) return { name: body || unnamed(tag), file: '', line: 0, column: 0, kind, tag };
   const line = Number(m[3]);

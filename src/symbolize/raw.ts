@@ -6,7 +6,7 @@
  */
 import { existsSync } from 'node:fs';
 
-import type { Profile } from 'pprof-format';
+import type { Profile } from '../profile/pprof.js';
 
 import { perfMapPath } from './perfmap.js';
 import { isPreloadLibrary, symbolize } from './index.js';

@@ -68,3 +68,32 @@ test('convert errors: one line, exit 2, no output file', async () => {
   }
   assert.ok(!existsSync(f('cpu.heap')) && !existsSync(f('g.pb.gz')) && !existsSync(f('x.json')));
 });
+
+test('convert to heap_v2 text leaves JavaScript-heap samples out and says so (no 0x0 row)', async () => {
+  const { makeProfile, HEAP_TYPES } = await import('../profile/util.js');
+  const { encodeProfile } = await import('../../src/profile/proto.js');
+  const { writeFileSync } = await import('node:fs');
+  const p = makeProfile({
+    types: HEAP_TYPES,
+    period: 524288,
+    mappings: [{ start: 0x400000, limit: 0x500000, file: '/bin/app' }],
+    samples: [
+      { stack: [0x401000, 0x402000], values: [1, 1048576, 1, 1048576], labels: [{ key: 'heap', str: 'native' }] },
+      { stack: ['jsHolder'], values: [1, 524288, 1, 524288], labels: [{ key: 'heap', str: 'js' }] },
+    ],
+  });
+  writeFileSync(f('mixed.pb.gz'), encodeProfile(p));
+  const r = await cli(['convert', f('mixed.pb.gz'), f('mixed.heap')]);
+  assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stderr, /^mimalloc-pprof: convert: left out 1 JavaScript-heap sample \(512KiB in use\): heap_v2 text holds native addresses only/);
+  const text = readFileSync(f('mixed.heap'), 'utf8');
+  const rows = text.split('\n').filter((l) => /^\s*\d+:\s*\d+ \[/.test(l));
+  assert.equal(rows.length, 1, text);
+  const top = await cli(['top', f('mixed.heap')]);
+  assert.doesNotMatch(top.stdout, /\b0x0\b/);
+  // control: the same profile encoded whole carries the address-less sample as a row of its own
+  const whole = encodeHeapText(p, 'mixed');
+  assert.equal(whole.split('\n').filter((l) => /^\s*\d+:\s*\d+ \[/.test(l)).length, 2);
+  writeFileSync(f('whole.heap'), whole);
+  assert.match((await cli(['top', f('whole.heap')])).stdout, /\b0x0\b/);
+});

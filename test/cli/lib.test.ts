@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { isAbsolute, join } from 'node:path';
+import { existsSync, mkdtempSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { basename, dirname, isAbsolute, join } from 'node:path';
 import { test } from 'node:test';
 
 import { root } from '../helpers.js';
@@ -34,4 +35,25 @@ test('unknown commands and arguments are usage errors (exit 2, one line)', () =>
   }
   assert.equal(runCli(['--help']).status, 0);
   assert.equal(runCli(['lib', '--help']).status, 0);
+});
+
+test('under a path with a space, lib prints a link that LD_PRELOAD="$(lib)" loads (control: the spaced path itself is refused by ld.so)', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'mpp lib '));
+  const real = runCli(['lib']).stdout.trim();
+  const spaced = join(dir, 'with space');
+  symlinkSync(dirname(real), spaced);
+  const lib = join(spaced, basename(real));
+  const env = { ...process.env, MIMALLOC_PPROF_LIB: lib, XDG_RUNTIME_DIR: join(dir, 'no such folder') };
+  const r = runCli(['lib'], env);
+  assert.equal(r.status, 0, r.stderr);
+  const printed = r.stdout.trim();
+  assert.doesNotMatch(printed, /[\s:]/);
+  assert.equal(r.stderr, '', 'no warning: the link is usable');
+  // the README's recipe, through a shell, as a user types it
+  const recipe = (path: string) => spawnSync('sh', ['-c', 'LD_PRELOAD="$P" MIMALLOC_PROF_VERBOSE=1 env true'], { env: { ...process.env, P: path }, encoding: 'utf8' });
+  const ok = recipe(printed);
+  assert.match(ok.stderr, /^mimalloc-pprof: mimalloc \d+\.\d+\.\d+ .*interposer active/, ok.stderr);
+  const control = recipe(lib);
+  assert.match(control.stderr, /cannot be preloaded/);
+  assert.doesNotMatch(control.stderr, /interposer active/);
 });

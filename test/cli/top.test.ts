@@ -111,3 +111,52 @@ test('top bad input: missing file, directory, not a profile, missing sample type
   assert.equal(r.status, 0, r.stderr);
   assert.match(r.stdout, /^Type: inuse_space\nTotal: 512KiB; showing 1 of 1 entries\n  flat    flat%     cum     cum%  name\n512KiB  100.00%  512KiB  100.00%  0xfff\n$/);
 });
+
+test('rough edges: a negative -n, a URL of another scheme, --timeout', async () => {
+  for (const argv of [
+    ['top', f('demo.pb.gz'), '-n', '-5'],
+    ['top', f('demo.pb.gz'), '--count', '-5'],
+  ]) {
+    const r = await cli(argv);
+    assert.ok(isOneLineError(r), JSON.stringify(r));
+    assert.equal(r.stderr, 'mimalloc-pprof: top: -n must be a positive integer (got -5)\n');
+  }
+  // control: a negative value that is not a number is still an unknown option
+  const unknown = await cli(['top', f('demo.pb.gz'), '-n', '-x']);
+  assert.match(unknown.stderr, /argument is ambiguous|Unknown option/);
+  for (const url of ['ftp://127.0.0.1/x', 'file:///tmp/x.pb.gz']) {
+    const r = await cli(['top', url]);
+    assert.ok(isOneLineError(r), JSON.stringify(r));
+    assert.match(r.stderr, new RegExp(`^mimalloc-pprof: cannot read ${url.replace(/[./]/g, '\\$&')}: unsupported URL scheme \\w+: \\(http:// and https:// only`));
+  }
+  const bad = await cli(['top', f('demo.pb.gz'), '--timeout', '5 seconds']);
+  assert.ok(isOneLineError(bad));
+  assert.match(bad.stderr, /--timeout must be a duration/);
+});
+
+test('--timeout sets how long a URL that never answers is waited for', async () => {
+  const { createServer } = await import('node:net');
+  const held: import('node:net').Socket[] = [];
+  const hole = createServer((s) => {
+    held.push(s);
+    s.resume();
+  });
+  await new Promise<void>((r) => hole.listen(0, '127.0.0.1', r));
+  const port = (hole.address() as import('node:net').AddressInfo).port;
+  try {
+    const waited = async (timeout: string) => {
+      const t0 = Date.now();
+      const r = await cli(['top', `http://127.0.0.1:${port}/debug/pprof/heap`, '--timeout', timeout]);
+      assert.ok(isOneLineError(r), JSON.stringify(r));
+      assert.match(r.stderr, /no answer within [\d.]+ s/);
+      return Date.now() - t0;
+    };
+    const short = await waited('300ms');
+    const longer = await waited('2s'); // control: the wait follows the option
+    assert.ok(short >= 300 && short < 1500, `${short} ms`);
+    assert.ok(longer >= 2000 && longer < 3500, `${longer} ms`);
+  } finally {
+    for (const s of held) s.destroy();
+    hole.close();
+  }
+});

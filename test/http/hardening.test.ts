@@ -268,3 +268,54 @@ test('pushTo without the preload: the application keeps running, one log line, s
   assert.equal(lines.length, 1, r.stderr);
   assert.match(lines[0]!, /^mimalloc-pprof: push to http:\/\/127\.0\.0\.1:9 is off: /);
 });
+
+test('without a token /debug/pprof/cmdline is refused; with one it is served', async () => {
+  const open = pprofHandler({ autoStart: false });
+  const refused = fakeResponse();
+  open(fakeRequest('127.0.0.1', {}, '/debug/pprof/cmdline'), refused as never);
+  assert.equal(refused.status, 403);
+  assert.match(refused.body, /command line is served only with a token/);
+  // control: the same request with the token gets the arguments
+  const withToken = pprofHandler({ autoStart: false, authToken: 's3cret' });
+  const served = fakeResponse();
+  withToken(fakeRequest('127.0.0.1', { authorization: 'Bearer s3cret' }, '/debug/pprof/cmdline'), served as never);
+  assert.equal(served.status, 200);
+  assert.equal(served.body, process.argv.join('\0'));
+});
+
+test('allowRemote without a token: the first remote request says so once; loopback requests say nothing', async () => {
+  const { stderr: local } = await capturingStderr(async () => {
+    const h = pprofHandler({ autoStart: false, allowRemote: true });
+    for (let i = 0; i < 3; i++) h(fakeRequest('127.0.0.1'), fakeResponse() as never);
+  });
+  assert.equal(local, ''); // control: loopback peers are not reported
+  const { stderr } = await capturingStderr(async () => {
+    const h = pprofHandler({ autoStart: false, allowRemote: true });
+    for (const peer of ['203.0.113.9', '198.51.100.4', '203.0.113.9']) {
+      const res = fakeResponse();
+      h(fakeRequest(peer), res as never);
+      assert.equal(res.status, 200);
+    }
+  });
+  const lines = stderr.split('\n').filter((l) => l !== '');
+  assert.equal(lines.length, 1, stderr);
+  assert.match(lines[0]!, /serving \/debug\/pprof\/ to 203\.0\.113\.9 without a token/);
+});
+
+test('serve() without a token on a non-loopback address warns once per process; on loopback not at all', () => {
+  const index = join(root, 'dist', 'src', 'index.js');
+  const script = (host: string) => `
+    import { serve } from ${JSON.stringify(index)};
+    for (let i = 0; i < 3; i++) await (await serve({ port: 0, host: ${JSON.stringify(host)}, autoStart: false })).close();
+  `;
+  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'LD_PRELOAD' && !k.startsWith('MIMALLOC_')));
+  const run = (host: string) => spawnSync(process.execPath, ['--input-type=module', '-e', script(host)], { encoding: 'utf8', env, timeout: 30_000 });
+  const wide = run('0.0.0.0');
+  assert.equal(wide.status, 0, wide.stderr);
+  const lines = wide.stderr.split('\n').filter((l) => l !== '');
+  assert.equal(lines.length, 1, wide.stderr);
+  assert.match(lines[0]!, /listening on 0\.0\.0\.0 without a token/);
+  const local = run('127.0.0.1'); // control
+  assert.equal(local.status, 0, local.stderr);
+  assert.equal(local.stderr, '');
+});

@@ -99,7 +99,7 @@ test('Go\'s content types, headers and errors; debug=1 text; gc=1', async () => 
   const index = await svc.get('/debug/pprof/');
   assert.equal(index.status, 200);
   assert.match(index.body.toString(), /href='\/debug\/pprof\/allocs\?debug=1'/);
-  assert.equal((await svc.get('/debug/pprof/cmdline')).body.toString().split('\0').length, 2);
+  assert.equal((await svc.get('/debug/pprof/cmdline')).status, 403); // no token: test/http/hardening.test.ts
   assert.match((await svc.get('/debug/pprof/symbol')).body.toString(), /^num_symbols: 1\n$/);
   // the application's own routes still work behind the handler
   assert.equal((await svc.get('/stats')).status, 200);

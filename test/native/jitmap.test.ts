@@ -9,7 +9,7 @@ import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { Profile } from 'pprof-format';
+import { Profile } from '../../src/profile/pprof.js';
 
 import { fixture, runPreloaded, tempDir } from '../helpers.js';
 import { mimallocLabel } from '../mimalloc.js';

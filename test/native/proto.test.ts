@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { Profile } from 'pprof-format';
+import { Profile } from '../../src/profile/pprof.js';
 
 import { fixture, run, runPreloaded, tempDir } from '../helpers.js';
 

@@ -12,7 +12,7 @@ import { test } from 'node:test';
 import { pathToFileURL } from 'node:url';
 import { gunzipSync } from 'node:zlib';
 
-import { Profile } from 'pprof-format';
+import { Profile } from '../../src/profile/pprof.js';
 
 import { libraryPath } from '../../src/preload/library.js';
 import { root } from '../helpers.js';

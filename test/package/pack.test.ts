@@ -8,7 +8,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawnSync, type SpawnSyncOptions } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, normalize } from 'node:path';
 import { after, before, test } from 'node:test';
 
@@ -92,11 +92,11 @@ test('installed into a fresh project: --ignore-scripts hint, npm rebuild, then E
   const lib = sh(bin, ['lib'], { cwd: app });
   assert.equal(lib.status, 0, lib.all);
   const installed = lib.stdout.trim();
-  assert.ok(installed.startsWith(join(app, 'node_modules', 'mimalloc-pprof')) && existsSync(installed), installed);
-  // LD_PRELOAD splits on the space: `lib` says so, and the user links the file (run does it itself)
-  assert.match(lib.stderr, /holds a space or a colon, which LD_PRELOAD splits on/);
-  const library = join(work, 'libmimalloc-pprof.so');
-  symlinkSync(installed, library);
+  // LD_PRELOAD splits on the space, quoted or not: `lib` prints a link from a path without one
+  assert.ok(realpathSync(installed).startsWith(join(realpathSync(app), 'node_modules', 'mimalloc-pprof')) && existsSync(installed), installed);
+  assert.doesNotMatch(installed, /[\s:]/);
+  assert.equal(lib.stderr, '');
+  const library = installed;
 
   // ESM, under the preload: the profiler is there and profiles
   writeFileSync(
@@ -143,10 +143,23 @@ test('installed into a fresh project: --ignore-scripts hint, npm rebuild, then E
     JSON.stringify({ compilerOptions: { target: 'ES2022', module, moduleResolution: resolution, strict: true, noEmit: true, typeRoots: [types], types: ['node'] }, files: [file] });
   writeFileSync(join(app, 'tsconfig.nodenext.json'), config('nodenext.mts', 'NodeNext', 'NodeNext'));
   writeFileSync(join(app, 'tsconfig.node10.json'), config('node10.ts', 'commonjs', 'node10'));
-  for (const c of ['tsconfig.nodenext.json', 'tsconfig.node10.json']) {
+  // tsc's defaults (target ES5), skipLibCheck off: the shipped types, the profile model's too
+  writeFileSync(
+    join(app, 'plain.ts'),
+    `import { parseProfile, Profile, profiler } from 'mimalloc-pprof';\nexport const p: Profile = parseProfile(new Uint8Array(0));\nexport const n: number = p.sample.length + (profiler.isRunning() ? 1 : 0);\n`,
+  );
+  const plain = (file: string) => JSON.stringify({ compilerOptions: { module: 'commonjs', moduleResolution: 'node10', strict: true, noEmit: true, typeRoots: [types], types: ['node'] }, files: [file] });
+  writeFileSync(join(app, 'tsconfig.plain.json'), plain('plain.ts'));
+  for (const c of ['tsconfig.nodenext.json', 'tsconfig.node10.json', 'tsconfig.plain.json']) {
     const r = sh(process.execPath, [tsc, '-p', c], { cwd: app });
     assert.equal(r.status, 0, `${c}: ${r.all}`);
   }
+  // control: the dependency's own types (#private fields) fail that configuration (TS18028)
+  writeFileSync(join(app, 'direct.ts'), `import { Profile } from 'pprof-format';\nexport const p = new Profile();\n`);
+  writeFileSync(join(app, 'tsconfig.direct.json'), plain('direct.ts'));
+  const direct = sh(process.execPath, [tsc, '-p', 'tsconfig.direct.json'], { cwd: app });
+  assert.notEqual(direct.status, 0);
+  assert.match(direct.all, /TS18028/);
   // control: without the top-level types field, node10 resolution cannot find them
   const installedPkg = join(app, 'node_modules', 'mimalloc-pprof', 'package.json');
   const original = readFileSync(installedPkg, 'utf8');

@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 
-import { Profile as PProfile } from 'pprof-format';
+import { Profile as PProfile } from '../../src/profile/pprof.js';
 
 import { encodeHeapText } from '../../src/profile/heap-text.js';
 import { encodeProfile } from '../../src/profile/proto.js';

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { Profile, Sample, ValueType } from 'pprof-format';
+import { Profile, Sample, ValueType } from '../../src/profile/pprof.js';
 
 import { humanBytes } from '../../src/cli/top.js';
 import { annotatePeak, peakOf } from '../../src/profile/peak.js';

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { gunzipSync } from 'node:zlib';
 
-import { Profile as PProfile } from 'pprof-format';
+import { Profile as PProfile } from '../../src/profile/pprof.js';
 
 import { ProfileFormatError } from '../../src/errors.js';
 import { parseProfile } from '../../src/profile/parse.js';

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { Profile } from 'pprof-format';
+import { Profile } from '../../src/profile/pprof.js';
 
 import { parseSmaps } from '../../src/node/rss.cjs';
 import { formatRssComment, formatRssLines, parseRssBreakdown, rssParts, settleRssBreakdown, type RssBreakdown } from '../../src/profile/rss.js';

@@ -2,7 +2,7 @@
  * comparing profiles independently of ids and string-table order. */
 import { join } from 'node:path';
 
-import { Function as PFunction, Label, Line, Location, Mapping, Profile, Sample, StringTable, ValueType } from 'pprof-format';
+import { Function as PFunction, Label, Line, Location, Mapping, Profile, Sample, StringTable, ValueType } from '../../src/profile/pprof.js';
 
 import { unsampleHeapPair } from '../../src/profile/heap-text.js';
 import { root } from '../helpers.js';

@@ -2,7 +2,7 @@
 import { readFileSync } from 'node:fs';
 import { gunzipSync } from 'node:zlib';
 
-import { Profile } from 'pprof-format';
+import { Profile } from '../../src/profile/pprof.js';
 
 export interface DecodedSample {
   inuse: number;

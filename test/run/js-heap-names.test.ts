@@ -6,17 +6,18 @@
  * hook's collection) is in neither. V8 has forgotten the url and line of a script that is dead
  * at exit (a CommonJS module's functions after it ran), so the JavaScript heap's frames are
  * named from the native stacks' (src/profile/js-heap.ts). The control,
- * MIMALLOC_PPROF_TEST_JS_HEAP_RAW=1, merges V8's frames as they come: the check must fail.
+ * MIMALLOC_PPROF_TEST_JS_HEAP_RAW=1, merges V8's frames as they come: the check must fail on
+ * Node 20 and 22; from Node 24 on V8 keeps the dead script and the raw frames pass.
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { Profile } from 'pprof-format';
+import { Profile } from '../../src/profile/pprof.js';
 
 import { mergeJsHeap, type V8SamplingHeapNode } from '../../src/profile/js-heap.js';
-import { root, tempDir } from '../helpers.js';
+import { nodeMajor, root, tempDir } from '../helpers.js';
 import { decode } from './decode.js';
 
 const cli = join(root, 'dist', 'src', 'cli', 'bin.js');
@@ -88,9 +89,17 @@ test('a function that keeps JS objects and Buffers: one function, file:line, bot
   assert.deepEqual(problems(f), []);
 });
 
-test('control: V8 frames merged as they come (MIMALLOC_PPROF_TEST_JS_HEAP_RAW=1) fail the check', () => {
+test('control: V8 frames merged as they come (MIMALLOC_PPROF_TEST_JS_HEAP_RAW=1) fail the check', (t) => {
   const f = runFixture({ MIMALLOC_PPROF_TEST_JS_HEAP_RAW: '1' });
   const p = problems(f);
+  t.diagnostic(`Node ${process.versions.node}, raw: ${p.length === 0 ? 'no problem' : p.join('; ')}`);
+  if (nodeMajor >= 24) {
+    // V8 13.6 on (Node 24, 26) keeps a dead CommonJS module's script: its sampler's frames come
+    // with url and line, and merged as they come they already pass (the naming from the native
+    // stacks, and this control, matter on Node 20 and 22, which the suite runs too)
+    assert.deepEqual(p, [], `Node ${process.versions.node}: V8's heap sampler dropped the script of a dead module`);
+    return;
+  }
   assert.ok(p.length > 0, 'the check let two names for one function through');
   assert.ok(p.some((x) => /holdBoth is 2 functions|without a file|root is \(anonymous\)/.test(x)), p.join('\n'));
 });

@@ -63,7 +63,7 @@ describe('a Node program: JavaScript functions named inside native stacks', () =
   const out = join(dir, 'retain.pb.gz');
   const interval = 16384;
   const r = mpp(['run', '--interval', '16k', '--seed', '9', '--out', out, '--', 'node', join(fixtures, 'retain.cjs')]);
-  const expected = JSON.parse(r.stdout.trim().split('\n').pop() ?? '{}') as { slowBytes: number; jsonBytes: number };
+  const expected = JSON.parse(r.stdout.trim().split('\n').pop() ?? '{}') as { slowBytes: number; jsonBytes: number; jsonBlocks: number };
 
   test('run exits with the program status and writes one profile', () => {
     assert.equal(r.status, 0, r.stderr);
@@ -116,8 +116,9 @@ describe('a Node program: JavaScript functions named inside native stacks', () =
   });
 
   test('retainJsonBuffers (optimised) holds its bytes within 10 %', (t) => {
-    const mean = expected.jsonBytes / 4000;
-    check(t, 'retainJsonBuffers', Array(4000).fill(mean), expected.jsonBytes);
+    // the buffers' backing stores: 4000 of their own on Node 20 and 22, 64 KiB slabs from 24 on
+    const mean = expected.jsonBytes / expected.jsonBlocks;
+    check(t, 'retainJsonBuffers', Array(expected.jsonBlocks).fill(mean), expected.jsonBytes);
   });
 
   test('JavaScript frames carry their file', () => {
@@ -272,7 +273,7 @@ describe('run on other kinds of programs', () => {
     const cc = run('cc', ['-static', src, '-o', bin]);
     if (cc.status !== 0) return; // no static libc on this machine: nothing to test
     const r = mpp(['run', '--', bin]);
-    assert.notEqual(r.status, 0);
+    assert.equal(r.status, 3, r.stderr); // the status README's exit codes give it
     assert.match(r.stderr, /did not take effect/);
   });
 

@@ -10,7 +10,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { Label, Location, type Profile } from 'pprof-format';
+import { Label, Location, type Profile } from '../../src/profile/pprof.js';
 
 import { symbolize } from '../../src/symbolize/index.js';
 import { makeProfile } from '../profile/util.js';

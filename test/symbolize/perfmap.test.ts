@@ -6,12 +6,12 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 
 import { parsePerfMap, parsePerfName, perfMapPath, readPerfMap, type PerfSymbol } from '../../src/symbolize/perfmap.js';
-import { root, tempDir } from '../helpers.js';
+import { nodeMajor, root, tempDir } from '../helpers.js';
 
 const fixtures = join(root, 'test', 'symbolize', 'fixtures');
 const FLAGS = ['--perf-basic-prof', '--interpreted-frames-native-stack'];
 
-test('names: every form Node 20 writes, and the legacy tags', () => {
+test('names: every form Nodes 20 to 26 write, and the legacy tags', () => {
   const cases: [string, Partial<PerfSymbol>][] = [
     ['JS:~coldFunction /tmp/a.js:6:22', { name: 'coldFunction', file: '/tmp/a.js', line: 6, column: 22, kind: 'interpreted', tag: 'JS' }],
     ['JS:^hot /tmp/a.js:10:21', { name: 'hot', kind: 'baseline', line: 10 }],
@@ -32,6 +32,14 @@ test('names: every form Node 20 writes, and the legacy tags', () => {
     ['JS:~ /tmp/pm/mod.cjs:1:2', { name: '(anonymous)' }],
     ['JS:o+retainArrays file:///tmp/deno/app.ts:2:22', { name: 'retainArrays', file: '/tmp/deno/app.ts', kind: 'optimized', tag: 'JS' }],
     ['JS:o*retainArrays file:///tmp/deno/app.ts:2:22', { name: 'retainArrays', kind: 'optimized' }],
+    // Node 24 and 26: code specialised to its function context carries a quote after the tier
+    ["JS:*'fromString node:buffer:487:20", { name: 'fromString', file: 'node:buffer', line: 487, kind: 'optimized', tag: 'JS' }],
+    ["JS:+'createUnsafeBuffer node:internal/buffer:1091:28", { name: 'createUnsafeBuffer', kind: 'optimized' }],
+    ["JS:o+'hot /tmp/a.js:7:13", { name: 'hot', kind: 'optimized', line: 7 }],
+    ["JS:*' /tmp/pm/mod.cjs:1:1", { name: '(top level)', file: '/tmp/pm/mod.cjs', kind: 'optimized' }],
+    // a quote that is no marker (a computed name of a function whose optimisation is disabled) stays
+    ["JS:'quoted /tmp/a.js:2:3", { name: "'quoted", kind: 'other', line: 2 }],
+    ["JS:~'quoted /tmp/a.js:2:3", { name: "'quoted", kind: 'interpreted' }],
     ['LazyCompile:~foo /old/node.js:5:10', { name: 'foo', file: '/old/node.js', line: 5, kind: 'interpreted', tag: 'LazyCompile' }],
     ['LazyCompile:*foo /old/node.js:5:10', { name: 'foo', kind: 'optimized' }],
     ['Function:~bar /old/node.js:7:1', { name: 'bar', kind: 'interpreted', tag: 'Function' }],
@@ -139,6 +147,26 @@ function entries(text: string, re: RegExp): { start: number; size: number; raw: 
     .map((m) => ({ start: parseInt(m[1]!, 16), size: parseInt(m[2]!, 16), raw: m[3]! }));
 }
 
+/**
+ * Node 24 and 26 (V8 13.6, 14.6) mark code specialised to its function context with a quote
+ * after the tier (`JS:*'hot`, `JS:+'hot`), Node 20 and 22 never: the map of this Node has them
+ * or not as its version says, and no JavaScript name read from it starts with the quote.
+ * Control: read as a one-character tier (the reading before), the same map gives quoted names.
+ */
+function contextSpecialised(text: string, map: ReturnType<typeof parsePerfMap>): void {
+  const quoted = entries(text, /^JS:o?[*+]'/);
+  if (nodeMajor >= 24) assert.ok(quoted.length > 0, `Node ${process.versions.node}: no context-specialised code in the map`);
+  else assert.equal(quoted.length, 0, `Node ${process.versions.node} writes context-specialised markers`);
+  for (const e of quoted) {
+    const s = map.lookupAt(e.start, Infinity)!;
+    if (s.raw !== e.raw) continue; // a newer entry at that address
+    assert.ok(!s.name.startsWith("'"), `${e.raw} read as ${s.name}`);
+    assert.equal(s.kind, 'optimized');
+  }
+  const oneChar = quoted.map((e) => e.raw.replace(/^JS:o?[~^*+]/, '').split(' ')[0]!);
+  assert.equal(oneChar.filter((n) => n.startsWith("'")).length, quoted.length, 'control: a one-character tier leaves the quote');
+}
+
 test('a real map (CommonJS): the hot function optimised and the cold one interpreted, with file and line', () => {
   const script = join(fixtures, 'jit.cjs');
   const { text } = runWithPerfMap(script);
@@ -147,11 +175,17 @@ test('a real map (CommonJS): the hot function optimised and the cold one interpr
   assert.ok(text.includes(` ${script}:`), 'CommonJS scripts are named by path');
   assert.equal(map.skipped, 0);
 
-  const hot = entries(text, /^JS:\*hotFunction /);
-  assert.ok(hot.length > 0, 'TurboFan code for hotFunction');
+  // optimised code: TurboFan's on Node 20 and 22; Maglev's on 24 and 26 (on by default there),
+  // whose TurboFan then inlines hotFunction into driver
+  const hot = entries(text, /^JS:o?[*+]'?hotFunction /);
+  assert.ok(hot.length > 0, 'optimised code for hotFunction');
+  const maglev = entries(text, /^JS:o?\+/).length;
+  if (nodeMajor >= 24) assert.ok(maglev > 0, `Node ${process.versions.node}: no Maglev code in the map`);
+  else assert.equal(maglev, 0, `Node ${process.versions.node} runs Maglev`);
+  contextSpecialised(text, map);
   const cold = entries(text, /^JS:~coldFunction /);
   assert.ok(cold.length > 0, 'interpreted entries for coldFunction');
-  assert.equal(entries(text, /^JS:\*coldFunction /).length, 0, 'coldFunction never optimised');
+  assert.equal(entries(text, /^JS:[*+]'?coldFunction /).length, 0, 'coldFunction never optimised');
 
   const hotLine = lineOf(script, 'function hotFunction');
   const coldLine = lineOf(script, 'function coldFunction');
@@ -182,9 +216,10 @@ test('a real map (ES module): file:// URLs become paths', () => {
   const script = join(fixtures, 'jit.mjs');
   const { path, text } = runWithPerfMap(script);
   assert.match(text, /file:\/\//, 'V8 names module scripts by URL');
-  const hot = entries(text, /^JS:\*hotModuleFunction /);
-  assert.ok(hot.length > 0, 'TurboFan code for hotModuleFunction');
+  const hot = entries(text, /^JS:o?[*+]'?hotModuleFunction /);
+  assert.ok(hot.length > 0, 'optimised code for hotModuleFunction');
   const map = parsePerfMap(text);
+  contextSpecialised(text, map);
   const s = map.lookup(hot[0]!.start)!;
   assert.equal(s.file, script);
   assert.equal(s.line, lineOf(script, 'function hotModuleFunction'));

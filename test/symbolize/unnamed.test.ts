@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { gunzipSync } from 'node:zlib';
 
-import { Location, Profile, Sample } from 'pprof-format';
+import { Location, Profile, Sample } from '../../src/profile/pprof.js';
 
 import { libraryPath } from '../../src/preload/library.js';
 import { readElf } from '../../src/symbolize/elf.js';
