@@ -22,6 +22,8 @@ const FILES = (process.env.MIMALLOC_PPROF_TEST_ARM64_FILES?.split(',') ?? [
   'native/sampling.test.js',
   'native/unwind.test.js',
   'native/direct.test.js',
+  'reliability/fork.test.js',
+  'reliability/hostile-signals.test.js',
   'arm64/node.arm64.js',
 ]);
 
