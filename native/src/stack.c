@@ -618,7 +618,7 @@ static inline uintptr_t memo_read(memo_step_t* st, uintptr_t at) {
 
 #if defined(__aarch64__)
 /* A signal frame whose return trampoline has no call-frame information (Linux's vDSO has none
- * since 5.8, qemu-user's none at all; libgcc knows them by their two instructions): where a step
+ * since 2020, qemu-user's none at all; libgcc knows them by their two instructions): where a step
  * has no rule and sp is exact, sp is the kernel's rt_sigframe (siginfo, then the ucontext) and
  * x29 the frame record the kernel wrote beyond it from the interrupted x29 and x30, which the
  * ucontext holds too. Reads only words of the stack, checked against its bounds. */

@@ -78,7 +78,7 @@ if (cross) {
 }
 
 // AArch64: a signal handler returns to a trampoline without call-frame information (Linux's vDSO
-// since 5.8, qemu's own); the walk knows the kernel's signal frame by its layout (stack.c
+// since 2020, qemu's own); the walk knows the kernel's signal frame by its layout (stack.c
 // bare_signal_frame) and goes on from the interrupted registers in its ucontext, as libgcc does from
 // the trampoline's instructions. Control: MP_TEST_NO_BARE_SIGNAL=1 (test-hooks) steps by the frame
 // record there, which skips the interrupted function.
