@@ -24,6 +24,7 @@ const FILES = (process.env.MIMALLOC_PPROF_TEST_ARM64_FILES?.split(',') ?? [
   'native/direct.test.js',
   'reliability/fork.test.js',
   'reliability/hostile-signals.test.js',
+  'arm64/native.arm64.js',
   'arm64/node.arm64.js',
 ]);
 
@@ -42,6 +43,7 @@ const r = spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...proc
     MIMALLOC_PPROF_TEST_PREFIX: t.mimallocPrefix,
     MIMALLOC_PPROF_TEST_CC: t.cc,
     MIMALLOC_PPROF_TEST_CXX: t.cxx,
+    MIMALLOC_PPROF_TEST_OBJDUMP: t.objdump,
     MIMALLOC_PPROF_TEST_EXEC_WRAPPER: JSON.stringify([t.qemu, '-L', t.sysroot]),
     MIMALLOC_PPROF_TEST_ARM64_NODE: node,
   },
