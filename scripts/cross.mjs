@@ -188,13 +188,17 @@ export function exec(t, argv) {
   return process.arch === 'arm64' ? argv : [t.qemu, '-L', t.sysroot, ...argv];
 }
 
-/** Builds the preload library, the addon and the compare helper for arm64 into build/linux-arm64. */
-export function buildArm64(t = ensureCrossToolchain()) {
+/**
+ * Builds the preload library, the addon and the compare helper for arm64 into build/linux-arm64
+ * (extra make variables, e.g. DEBUG=1, with another folder: the debug build).
+ */
+export function buildArm64(t = ensureCrossToolchain(), into = arm64Build, vars = []) {
   const nodeInclude = [join(dirname(process.execPath), '..', 'include', 'node'), '/usr/include/node'].find((d) => existsSync(join(d, 'node_api.h')));
-  const args = ['-s', '-j2', '-C', join(root, 'native'), `CC=${t.cc}`, `BUILD=${arm64Build}`, `MIMALLOC_PREFIX=${t.mimallocPrefix}`];
+  const args = ['-s', '-j2', '-C', join(root, 'native'), `CC=${t.cc}`, `BUILD=${into}`, `MIMALLOC_PREFIX=${t.mimallocPrefix}`, ...vars];
   if (nodeInclude !== undefined) args.push(`NODE_INCLUDE=${nodeInclude}`);
   const make = spawnSync('make', args, { stdio: 'inherit' });
-  if (make.status !== 0) throw new Error('building the preload library for arm64 failed (see above)');
+  if (make.status !== 0) throw new Error(`building the preload library for arm64 into ${into} failed (see above)`);
+  if (into !== arm64Build) return { library: join(into, 'libmimalloc-pprof.so'), addon: join(into, 'mimalloc_pprof.node') };
   const src = join(root, 'native', 'tools', 'mpp-rusage.c');
   const rusage = join(arm64Build, 'mpp-rusage');
   if (existsSync(src) && (!existsSync(rusage) || statSync(rusage).mtimeMs < statSync(src).mtimeMs)) {
