@@ -16,7 +16,7 @@
 // build/linux-arm64 with `make -C native CC=… BUILD=… MIMALLOC_PREFIX=…`.
 //
 // Usage: node scripts/cross.mjs   (idempotent; prints the toolchain as JSON)
-// Exported: ensureCrossToolchain() -> { cc, cxx, sysroot, qemu, mimallocPrefix },
+// Exported: ensureCrossToolchain() -> { cc, cxx, objdump, sysroot, qemu, mimallocPrefix },
 //           ensureArm64Node() -> node path, buildArm64(toolchain) -> { library, addon, rusage },
 //           arm64Build (the build folder), exec(toolchain, argv) -> argv run through qemu.
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -99,11 +99,11 @@ function download(packages, into) {
   return readdirSync(into).filter((f) => f.endsWith('.deb')).map((f) => join(into, f));
 }
 
-function wrapper(path, tool, tree) {
+function wrapper(path, tool, tree, sysroot = true) {
   // binutils' arm64 libraries (libbfd/libopcodes-*-arm64) live in the unpacked tree
   const text = [
     '#!/bin/sh',
-    `LD_LIBRARY_PATH="${join(tree, 'usr', 'lib', 'x86_64-linux-gnu')}\${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "${join(tree, 'usr', 'bin', tool)}" --sysroot="${tree}" "$@"`,
+    `LD_LIBRARY_PATH="${join(tree, 'usr', 'lib', 'x86_64-linux-gnu')}\${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "${join(tree, 'usr', 'bin', tool)}"${sysroot ? ` --sysroot="${tree}"` : ''} "$@"`,
     '',
   ].join('\n');
   writeFileSync(path, text);
@@ -115,6 +115,7 @@ function toolchainPaths() {
   return {
     cc: join(crossDir, 'bin', 'aarch64-linux-gnu-gcc'),
     cxx: join(crossDir, 'bin', 'aarch64-linux-gnu-g++'),
+    objdump: join(crossDir, 'bin', 'aarch64-linux-gnu-objdump'),
     // the arm64 C library's root as qemu -L wants it (lib/ld-linux-aarch64.so.1, lib/libc.so.6)
     sysroot: join(tree, 'usr', 'aarch64-linux-gnu'),
     qemu: join(tree, 'usr', 'bin', 'qemu-aarch64-static'),
@@ -130,7 +131,7 @@ function needRoot(what) {
 
 /**
  * Fetches (once) Debian's cross compiler, arm64 C library, qemu-user-static and arm64
- * libmimalloc into build/cross; returns { cc, cxx, sysroot, qemu, mimallocPrefix }.
+ * libmimalloc into build/cross; returns { cc, cxx, objdump, sysroot, qemu, mimallocPrefix }.
  */
 export function ensureCrossToolchain() {
   const t = toolchainPaths();
@@ -144,6 +145,7 @@ export function ensureCrossToolchain() {
     wrapper(t.cc, 'aarch64-linux-gnu-gcc-12', tree);
     wrapper(t.cxx, 'aarch64-linux-gnu-g++-12', tree);
   }
+  if (!existsSync(t.objdump)) wrapper(t.objdump, 'aarch64-linux-gnu-objdump', tree, false);
   if (!existsSync(join(t.mimallocPrefix, 'include', 'mimalloc.h'))) {
     needRoot("Debian's arm64 libmimalloc");
     const mtree = join(crossDir, 'mimalloc', 'root');
@@ -186,13 +188,17 @@ export function exec(t, argv) {
   return process.arch === 'arm64' ? argv : [t.qemu, '-L', t.sysroot, ...argv];
 }
 
-/** Builds the preload library, the addon and the compare helper for arm64 into build/linux-arm64. */
-export function buildArm64(t = ensureCrossToolchain()) {
+/**
+ * Builds the preload library, the addon and the compare helper for arm64 into build/linux-arm64
+ * (extra make variables, e.g. DEBUG=1, with another folder: the debug build).
+ */
+export function buildArm64(t = ensureCrossToolchain(), into = arm64Build, vars = []) {
   const nodeInclude = [join(dirname(process.execPath), '..', 'include', 'node'), '/usr/include/node'].find((d) => existsSync(join(d, 'node_api.h')));
-  const args = ['-s', '-j2', '-C', join(root, 'native'), `CC=${t.cc}`, `BUILD=${arm64Build}`, `MIMALLOC_PREFIX=${t.mimallocPrefix}`];
+  const args = ['-s', '-j2', '-C', join(root, 'native'), `CC=${t.cc}`, `BUILD=${into}`, `MIMALLOC_PREFIX=${t.mimallocPrefix}`, ...vars];
   if (nodeInclude !== undefined) args.push(`NODE_INCLUDE=${nodeInclude}`);
   const make = spawnSync('make', args, { stdio: 'inherit' });
-  if (make.status !== 0) throw new Error('building the preload library for arm64 failed (see above)');
+  if (make.status !== 0) throw new Error(`building the preload library for arm64 into ${into} failed (see above)`);
+  if (into !== arm64Build) return { library: join(into, 'libmimalloc-pprof.so'), addon: join(into, 'mimalloc_pprof.node') };
   const src = join(root, 'native', 'tools', 'mpp-rusage.c');
   const rusage = join(arm64Build, 'mpp-rusage');
   if (existsSync(src) && (!existsSync(rusage) || statSync(rusage).mtimeMs < statSync(src).mtimeMs)) {

@@ -79,4 +79,5 @@ for (const [major, { version }] of Object.entries(NODES)) {
   }, node);
   status = status || r;
 }
+if (only === '' || only === 'arm64') status = spawnSync(process.execPath, [join(root, 'scripts', 'test-arm64.mjs'), ...args], { stdio: 'inherit' }).status || status; // aarch64 under qemu
 process.exit(status);

@@ -45,6 +45,14 @@ if (missing.length > 0) {
   }
 }
 
+// Linux arm64 (scripts/cross.mjs): Debian's cross compiler, arm64 C library and libmimalloc,
+// qemu-user-static and Node 24 for arm64 under build/cross; the arm64 build in build/linux-arm64.
+{
+  const cross = await import('./cross.mjs');
+  cross.buildArm64(cross.ensureCrossToolchain());
+  cross.ensureArm64Node();
+}
+
 // The second mimalloc major the native suites also run against (scripts/mimalloc3.mjs).
 const { ensureMimalloc3 } = await import('./mimalloc3.mjs');
 ensureMimalloc3();

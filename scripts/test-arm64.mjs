@@ -11,7 +11,7 @@ import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { arm64Build, buildArm64, ensureArm64Node, ensureCrossToolchain } from './cross.mjs';
+import { ARM64_NODE_VERSION, arm64Build, buildArm64, ensureArm64Node, ensureCrossToolchain } from './cross.mjs';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -22,27 +22,45 @@ const FILES = (process.env.MIMALLOC_PPROF_TEST_ARM64_FILES?.split(',') ?? [
   'native/sampling.test.js',
   'native/unwind.test.js',
   'native/direct.test.js',
+  'reliability/fork.test.js',
+  'reliability/hostile-signals.test.js',
+  'arm64/native.arm64.js',
   'arm64/node.arm64.js',
 ]);
+
+// Once more on the debug build (internal assertions on: every walk taken from the memo checked
+// against a fresh one), with the Node tests (JIT frames, pool threads, signals).
+const DEBUG_FILES = ['arm64/node.arm64.js'];
 
 const t0 = Date.now();
 const t = ensureCrossToolchain();
 const node = ensureArm64Node();
 buildArm64(t);
-console.log(`# ---- arm64 (qemu-aarch64, Node ${node.split('/').slice(-3)[0]}): ${FILES.length} test files ----`);
-const files = FILES.map((f) => join(root, 'dist', 'test', f));
-for (const f of files) if (!existsSync(f)) throw new Error(`${f} is missing: build the tests first (npx tsc -p tsconfig.json)`);
-const r = spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...process.argv.slice(2), ...files], {
-  stdio: 'inherit',
-  env: {
+const debugLib = buildArm64(t, join(arm64Build, 'debug'), ['DEBUG=1']).library;
+
+function pass(title, list, lib) {
+  console.log(`# ---- ${title}: ${list.length} test files ----`);
+  const files = list.map((f) => join(root, 'dist', 'test', f));
+  for (const f of files) if (!existsSync(f)) throw new Error(`${f} is missing: build the tests first (npx tsc -p tsconfig.json)`);
+  return spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...process.argv.slice(2), ...files], {
+    stdio: 'inherit',
+    env: env(lib),
+  }).status ?? 1;
+}
+
+const env = (lib) => ({
     ...process.env,
-    MIMALLOC_PPROF_LIB: join(arm64Build, 'libmimalloc-pprof.so'),
+    MIMALLOC_PPROF_LIB: lib,
     MIMALLOC_PPROF_TEST_PREFIX: t.mimallocPrefix,
     MIMALLOC_PPROF_TEST_CC: t.cc,
     MIMALLOC_PPROF_TEST_CXX: t.cxx,
+    MIMALLOC_PPROF_TEST_OBJDUMP: t.objdump,
     MIMALLOC_PPROF_TEST_EXEC_WRAPPER: JSON.stringify([t.qemu, '-L', t.sysroot]),
     MIMALLOC_PPROF_TEST_ARM64_NODE: node,
-  },
 });
+
+const label = `qemu-aarch64, Node ${ARM64_NODE_VERSION}`;
+let status = pass(`arm64 (${label})`, FILES, join(arm64Build, 'libmimalloc-pprof.so'));
+if (process.env.MIMALLOC_PPROF_TEST_ARM64_FILES === undefined) status = pass(`arm64 debug build (${label})`, DEBUG_FILES, debugLib) || status;
 console.log(`# arm64 pass: ${((Date.now() - t0) / 1000).toFixed(0)} s`);
-process.exit(r.status ?? 1);
+process.exit(status);

@@ -81,6 +81,8 @@ function asRun(r: SpawnSyncReturns<string>): Run {
  * emulator (test/mimalloc.ts execWrapper), as is where there is none. This Node stays as is. */
 export function targetArgv(cmd: string, args: string[]): [string, string[]] {
   if (execWrapper.length === 0 || cmd === process.execPath) return [cmd, args];
+  // `setarch ARCH -R program …` (no address randomisation): the emulator inherits the persona
+  if (cmd === 'setarch' && args.length >= 3) return [cmd, [args[0]!, args[1]!, ...execWrapper, ...args.slice(2)]];
   return [execWrapper[0]!, [...execWrapper.slice(1), cmd, ...args]];
 }
 

@@ -618,6 +618,23 @@ static inline uintptr_t memo_read(memo_step_t* st, uintptr_t at) {
   return v;
 }
 
+#if defined(__aarch64__)
+/* A signal frame whose return trampoline has no call-frame information (Linux's vDSO has none
+ * since 2020, qemu-user's none at all; libgcc knows them by their two instructions): where a step
+ * has no rule and sp is exact, sp is the kernel's rt_sigframe (siginfo, then the ucontext) and
+ * x29 the frame record the kernel wrote beyond it from the interrupted x29 and x30, which the
+ * ucontext holds too. Reads only words of the stack, checked against its bounds. */
+static bool bare_signal_frame(uintptr_t sp, uintptr_t fp, uintptr_t hi) {
+  uintptr_t uc = sp + sizeof(siginfo_t);
+  if ((sp & 15) != 0 || (fp & 7) != 0 || fp < uc + sizeof(ucontext_t) || fp > hi - 2 * sizeof(uintptr_t) ||
+      fp - sp > ((uintptr_t)1 << 16))
+    return false;
+  const ucontext_t* u = (const ucontext_t*)uc;
+  const uintptr_t* record = (const uintptr_t*)fp;
+  return record[0] == (uintptr_t)u->uc_mcontext.regs[29] && record[1] == (uintptr_t)u->uc_mcontext.regs[30];
+}
+#endif
+
 /* The rule-driven walk from the caller's registers; frames[0] is pc already. *complete tells
  * whether it ended at the outermost frame (or at `max`) rather than on a step it could not
  * take. */
@@ -635,13 +652,18 @@ static unsigned rule_walk(mp_unwind_walk_t* walk, uintptr_t* frames, unsigned ma
 #if defined(__aarch64__)
   bool sp_exact = true;  /* sp is the frame's own (not a frame record's lower bound) */
   uintptr_t lr_at = 0;   /* where a signal frame saved x30 */
+  bool no_memo = false;  /* a signal frame found by its layout (bare_signal_frame): its words are not all in the memo's cells */
 #endif
   while (n < max) {
 #if defined(__aarch64__)
     u->inexact = !sp_exact;
     u->lr_at = lr_at;
 #endif
+#if defined(__aarch64__)
+    if (u->last != NULL && !no_memo && memo_take(u, frames, &n, max, pc, sp, fp, exact, complete)) return n;
+#else
     if (u->last != NULL && memo_take(u, frames, &n, max, pc, sp, fp, exact, complete)) return n;
+#endif
     memo_step_t* st = NULL;
     if (rec != NULL) {
       st = &rec->step[steps];
@@ -665,6 +687,14 @@ static unsigned rule_walk(mp_unwind_walk_t* walk, uintptr_t* frames, unsigned ma
       break;
     }
 #if defined(__aarch64__)
+#ifdef MP_TEST_HOOKS
+    if (r.kind == MP_RULE_FP && sp_exact && !mp_test_hook("MP_TEST_NO_BARE_SIGNAL") && bare_signal_frame(sp, fp, hi)) {
+#else
+    if (r.kind == MP_RULE_FP && sp_exact && bare_signal_frame(sp, fp, hi)) {
+#endif
+      r.kind = MP_RULE_SIGNAL;
+      no_memo = true;
+    }
     if (r.kind == MP_RULE_SIGNAL) { /* sp is the kernel's rt_sigframe: siginfo, then the ucontext */
       uintptr_t uc = sp + sizeof(siginfo_t);
       if (uc + offsetof(ucontext_t, uc_mcontext.pstate) > hi || (sp & 15) != 0) break;
@@ -682,6 +712,7 @@ static unsigned rule_walk(mp_unwind_walk_t* walk, uintptr_t* frames, unsigned ma
       sp = isp;
       fp = memo_read(st, uc + offsetof(ucontext_t, uc_mcontext.regs[29]));
       lr_at = uc + offsetof(ucontext_t, uc_mcontext.regs[30]); /* for an interrupted leaf */
+      sp_exact = true;
       exact = true;
       continue;
     }
@@ -747,7 +778,13 @@ static unsigned rule_walk(mp_unwind_walk_t* walk, uintptr_t* frames, unsigned ma
       ra_at = cfa - sizeof(uintptr_t);
       next_fp = memo_read(st, fp);
     }
+#if defined(__aarch64__)
+    /* the only two reads stay on the stack (x30 of an interrupted leaf: in the signal frame's
+     * ucontext, checked when that frame was read) */
+    mp_assert((ra_at == lr_at || (ra_at >= sp && ra_at + sizeof(uintptr_t) <= hi)) && cfa <= hi);
+#else
     mp_assert(ra_at >= sp && ra_at + sizeof(uintptr_t) <= hi && cfa <= hi); /* the only two reads stay on the stack */
+#endif
     if (cfa > stop_sp) { /* the next frame lies beyond the cut: the walk is done */
       *complete = true;
       break;
@@ -769,6 +806,9 @@ static unsigned rule_walk(mp_unwind_walk_t* walk, uintptr_t* frames, unsigned ma
   if (rec != NULL) {
     rec->steps = steps;
     rec->n = n;
+#if defined(__aarch64__)
+    if (no_memo) rec->n = 0; /* not kept: the next walk starts afresh */
+#endif
     rec->complete = *complete;
     rec->last = frames[n - 1];
   }

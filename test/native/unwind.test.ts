@@ -22,14 +22,10 @@ import { buildTestHooks, KV, runUnder } from '../reliability/util.js';
 const NO_BUILTIN = ['-fno-builtin-malloc', '-fno-builtin-free', '-fno-builtin-calloc', '-fno-builtin-realloc'];
 const ENV = { MIMALLOC_PROF: '1', MIMALLOC_PROF_SAMPLE_INTERVAL: '4096', MIMALLOC_PROF_SEED: '3', MP_TEST_UNWIND_CHECK: '1' };
 
-// Under qemu-user (the arm64 pass) a signal handler returns to the emulator's own trampoline, which
-// has no call-frame information (QEMU 7.2 has no vDSO for aarch64; Linux's has, marked as a signal
-// frame): libgcc knows the trampoline by its instructions, the walk does not, so there the fixture
-// raises no signals (docs/platforms.md, Linux arm64).
-const QEMU_ENV: Record<string, string> = execWrapper.length > 0 ? { UNWIND_NO_SIGNALS: '1' } : {};
+const cross = execWrapper.length > 0;
 
 function tally(bin: string, env: Record<string, string> = {}) {
-  const r = runUnder(buildTestHooks(), bin, ['60'], { ...ENV, ...QEMU_ENV, ...env }, 120_000);
+  const r = runUnder(buildTestHooks(), bin, ['60'], { ...ENV, ...env }, 120_000);
   assert.equal(r.status, 0, r.stderr);
   const line = r.stderr.split('\n').find((l) => l.startsWith('unwind check:')) ?? '';
   const kv = new KV(line.replace('unwind check:', '').trim().split(/\s+/).join('\n'));
@@ -61,6 +57,37 @@ for (const [variant, flags] of [
     // the rules take every step but the few where the interrupted code had rbp as scratch
     // while its own rule is rbp-based (-O0, the timer's samples)
     assert.ok(fallbacks <= stacks / 100, `${fallbacks} fallbacks`);
+  });
+}
+
+// AArch64 (the arm64 pass, whose emulated processor has pointer authentication): code built with
+// -mbranch-protection=pac-ret signs every return address it saves (the high bits); the walk strips
+// them (mp_strip_ra: xpaclri), as libgcc does. Control: the test-hooks build that leaves them signed
+// (MP_TEST_NO_PAC_STRIP=1) gives no stack libgcc gives.
+if (cross) {
+  test(`return addresses signed by pointer authentication (-mbranch-protection=pac-ret): every stack libgcc's (${mimallocLabel})`, (t) => {
+    const bin = fixture('unwind', { flags: [...NO_BUILTIN, '-O2', '-fomit-frame-pointer', '-mbranch-protection=pac-ret'], variant: '-pac' });
+    const on = tally(bin);
+    t.diagnostic(`${on.agreed} of ${on.stacks} stacks identical, ${on.fallbacks} fallbacks`);
+    assert.ok(on.stacks >= 2000);
+    assert.equal(on.agreed, on.stacks);
+    const off = tally(bin, { MP_TEST_NO_PAC_STRIP: '1' });
+    t.diagnostic(`control (MP_TEST_NO_PAC_STRIP=1): ${off.agreed} of ${off.stacks} identical`);
+    assert.ok(off.agreed < off.stacks / 2, `${off.agreed} of ${off.stacks} agreed with signed return addresses`);
+  });
+}
+
+// AArch64: a signal handler returns to a trampoline without call-frame information (Linux's vDSO
+// since 2020, qemu's own); the walk knows the kernel's signal frame by its layout (stack.c
+// bare_signal_frame) and goes on from the interrupted registers in its ucontext, as libgcc does from
+// the trampoline's instructions. Control: MP_TEST_NO_BARE_SIGNAL=1 (test-hooks) steps by the frame
+// record there, which skips the interrupted function.
+if (cross) {
+  test(`signal frames behind a trampoline without CFI: every stack libgcc's (${mimallocLabel})`, (t) => {
+    const bin = fixture('unwind', { flags: [...NO_BUILTIN, '-O2', '-fomit-frame-pointer'], variant: '-O2' });
+    const off = tally(bin, { MP_TEST_NO_BARE_SIGNAL: '1' });
+    t.diagnostic(`control (MP_TEST_NO_BARE_SIGNAL=1): ${off.agreed} of ${off.stacks} identical, ${off.fallbacks} fallbacks`);
+    assert.ok(off.agreed < off.stacks || off.fallbacks > 0, 'the control took every signal frame as the walk does');
   });
 }
 
@@ -102,7 +129,6 @@ test('positive control: frame-pointer steps alone, without the fallback (MP_TEST
 // qemu-user answers /proc/self/maps from a file of its own (the ioctl never reaches the kernel); and
 // Debian's arm64 binutils keep .eh_frame in the executable text segment, whose pages are never handed
 // back (unwind.c givable_range): on the arm64 pass nothing is, and the stacks are still libgcc's.
-const cross = execWrapper.length > 0;
 const query = kernelHasMapQuery() && !cross;
 const sources: { title: string; env: Record<string, string>; boundsByQuery: boolean; handsBack: boolean }[] = [
   { title: 'main thread\'s bounds by PROCMAP_QUERY where the kernel has it, pages handed back', env: {}, boundsByQuery: query, handsBack: true },

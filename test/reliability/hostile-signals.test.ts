@@ -20,7 +20,8 @@ import { join } from 'node:path';
 
 import { test } from 'node:test';
 
-import { testBuildRoot } from '../mimalloc.js';
+import { targetArgv } from '../helpers.js';
+import { targetCC, testBuildRoot } from '../mimalloc.js';
 import { buildTestHooks, ending, fastTempDir, fixturesDir, KV, productionDir, runUnder, type GateRun } from './util.js';
 
 const TIMEOUT_MS = 30_000; // every run; the jumps take about 4 ms of CPU each (the tick)
@@ -33,7 +34,7 @@ function plainFixture(): string {
   const out = join(dir, 'hostile-signals-plain');
   mkdirSync(dir, { recursive: true });
   if (existsSync(out) && statSync(out).mtimeMs >= statSync(src).mtimeMs) return out;
-  const r = spawnSync('cc', ['-std=gnu11', '-g', '-O1', '-fno-omit-frame-pointer', '-Wall', '-Werror', '-I', join(fixturesDir, '..', '..', '..', 'native', 'include'), src, '-o', out, '-ldl'], {
+  const r = spawnSync(targetCC, ['-std=gnu11', '-g', '-O1', '-fno-omit-frame-pointer', '-Wall', '-Werror', '-I', join(fixturesDir, '..', '..', '..', 'native', 'include'), src, '-o', out, '-ldl'], {
     encoding: 'utf8',
   });
   if (r.status !== 0) throw new Error(`building hostile-signals failed:\n${r.stderr}`);
@@ -43,7 +44,7 @@ function plainFixture(): string {
 /** The fixture on glibc alone (no preload at all). */
 function runPlain(args: string[]): GateRun {
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('MIMALLOC_') && !k.startsWith('MP_TEST_') && k !== 'LD_PRELOAD'));
-  const r = spawnSync(plainFixture(), args, { encoding: 'utf8', env, timeout: TIMEOUT_MS });
+  const r = spawnSync(...targetArgv(plainFixture(), args), { encoding: 'utf8', env, timeout: TIMEOUT_MS });
   const timedOut = (r.error as NodeJS.ErrnoException | undefined)?.code === 'ETIMEDOUT';
   return { status: r.status, signal: r.signal, stdout: r.stdout ?? '', stderr: r.stderr ?? '', timedOut };
 }
