@@ -10,7 +10,7 @@
 // checks the pass really ran it). Every pass must pass; each prints its duration.
 //   node scripts/run-tests.mjs [--pass system|mimalloc3|debug|node22|node24|node26|nodes] [node --test options]
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -38,14 +38,28 @@ const all = readdirSync(join(root, 'dist', 'test'), { recursive: true })
   .filter((f) => f.endsWith('.test.js'))
   .sort();
 
+// Each pass's counts, also written as TAP into build/test-results/<pass>.tap (unless the
+// command line chose its own reporter), and the summary at the end.
+const ownReporter = args.some((a) => a.startsWith('--test-reporter'));
+const results = [];
+
 function pass(name, files, env, node = process.execPath) {
   console.log(`# ---- ${name}: ${files.length} test files ----`);
   const t0 = Date.now();
-  const r = spawnSync(node, ['--test', '--test-concurrency=1', ...args, ...files.map((f) => join(root, 'dist', 'test', f))], {
+  const tap = join(root, 'build', 'test-results', `${name.replace(/[^\w.]+/g, '-')}.tap`);
+  mkdirSync(dirname(tap), { recursive: true });
+  rmSync(tap, { force: true });
+  const reporters = ownReporter ? [] : ['--test-reporter=spec', '--test-reporter-destination=stdout', '--test-reporter=tap', `--test-reporter-destination=${tap}`];
+  const r = spawnSync(node, ['--test', '--test-concurrency=1', ...reporters, ...args, ...files.map((f) => join(root, 'dist', 'test', f))], {
     stdio: 'inherit',
     env: { ...process.env, ...env },
   });
-  console.log(`# ---- ${name}: ${r.status === 0 ? 'passed' : 'FAILED'} in ${((Date.now() - t0) / 1000).toFixed(0)} s ----`);
+  const seconds = ((Date.now() - t0) / 1000).toFixed(0);
+  const counts = {};
+  if (existsSync(tap)) for (const m of readFileSync(tap, 'utf8').matchAll(/^# (tests|pass|fail|cancelled|skipped|todo) (\d+)$/gm)) counts[m[1]] = Number(m[2]);
+  const line = `${name}: ${r.status === 0 ? 'passed' : 'FAILED'} in ${seconds} s` + (counts.tests === undefined ? '' : ` (${counts.tests} tests: ${counts.pass} passed, ${counts.fail} failed, ${counts.skipped} skipped, ${counts.cancelled} cancelled)`);
+  results.push(line);
+  console.log(`# ---- ${line} ----`);
   return r.status ?? 1;
 }
 
@@ -69,7 +83,9 @@ for (const [major, { version }] of Object.entries(NODES)) {
   const node = nodeBinary(major);
   // the set-up installs them (scripts/setup-test.mjs); a missing or other one fails the pass
   if (!existsSync(node) || versionOf(node) !== version) {
-    console.log(`# ---- Node ${version}: not installed in build/node/${major} (node scripts/nodes.mjs) ----`);
+    const line = `Node ${version}: not installed in build/node/${major} (node scripts/nodes.mjs)`;
+    results.push(line);
+    console.log(`# ---- ${line} ----`);
     status = status || 1;
     continue;
   }
@@ -79,5 +95,12 @@ for (const [major, { version }] of Object.entries(NODES)) {
   }, node);
   status = status || r;
 }
-if (only === '' || only === 'arm64') status = spawnSync(process.execPath, [join(root, 'scripts', 'test-arm64.mjs'), ...args], { stdio: 'inherit' }).status || status; // aarch64 under qemu
+if (only === '' || only === 'arm64') {
+  // aarch64 under qemu (scripts/test-arm64.mjs)
+  const t0 = Date.now();
+  const r = spawnSync(process.execPath, [join(root, 'scripts', 'test-arm64.mjs'), ...args], { stdio: 'inherit' }).status ?? 1;
+  results.push(`arm64 under qemu: ${r === 0 ? 'passed' : 'FAILED'} in ${((Date.now() - t0) / 1000).toFixed(0)} s`);
+  status = status || r;
+}
+console.log(`# ==== ${status === 0 ? 'all passes passed' : 'FAILED'}:\n${results.map((l) => `#   ${l}`).join('\n')}`);
 process.exit(status);

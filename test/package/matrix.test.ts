@@ -37,7 +37,7 @@ function nodeOnPath(path: string): string {
  */
 function passProblems(env: NodeJS.ProcessEnv, execPath: string): string[] {
   const running = realpathSync(execPath);
-  const running_v = nodes.versionOf(running);
+  const runningVersion = nodes.versionOf(running);
   const onPath = nodeOnPath(env.PATH ?? '');
   const named = env.MIMALLOC_PPROF_TEST_NODE;
   const out: string[] = [];
@@ -45,11 +45,11 @@ function passProblems(env: NodeJS.ProcessEnv, execPath: string): string[] {
     const want = realpathSync(named);
     const pin = Object.values(nodes.NODES).find((p) => nodes.versionOf(want) === p.version);
     if (!pin) out.push(`MIMALLOC_PPROF_TEST_NODE=${named} is none of the pinned Nodes`);
-    if (running !== want) out.push(`the pass for Node ${nodes.versionOf(want)} runs Node ${running_v} (${running})`);
+    if (running !== want) out.push(`the pass for Node ${nodes.versionOf(want)} runs Node ${runningVersion} (${running})`);
     if (onPath !== want) out.push(`the pass for Node ${nodes.versionOf(want)} finds Node ${nodes.versionOf(onPath)} on PATH (${onPath})`);
   } else {
     const matrix = realpathSync(nodes.nodesDir);
-    if (running.startsWith(matrix + '/')) out.push(`the system pass runs the matrix's Node ${running_v}`);
+    if (running.startsWith(matrix + '/')) out.push(`the system pass runs the matrix's Node ${runningVersion}`);
     if (onPath.startsWith(matrix + '/')) out.push(`the system pass finds the matrix's Node ${nodes.versionOf(onPath)} on PATH`);
   }
   return out;

@@ -1,0 +1,76 @@
+/**
+ * JIT code inside a file's recorded mapping: from Node 22 on V8 maps its copy of the builtins
+ * into its code range next to the JIT code, and a dump's record of that copy (the binary at the
+ * copy's load bias) can span JIT code below it (seen on Node 24: a hand-dumped profile's
+ * JavaScript frames all fell in `node`'s mapping and stayed unnamed). An address of a file's
+ * mapping that the file has no name for is named from V8's perf map; one the file names keeps
+ * its name. Control: without the perf map the frame stays unnamed.
+ */
+import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { test } from 'node:test';
+
+import { Location, Mapping, type Profile } from 'pprof-format';
+
+import { libraryPath } from '../../src/preload/library.js';
+import { readElf } from '../../src/symbolize/elf.js';
+import { demangle } from '../../src/symbolize/demangle.js';
+import { symbolize } from '../../src/symbolize/index.js';
+import { makeProfile } from '../profile/util.js';
+import { tempDir } from '../helpers.js';
+
+const BASE = 0x7f0000000000;
+// far past the end of the library's file: no segment of it holds this address
+const JIT = BASE + 0x10000080;
+
+function profileWith(addresses: number[]): Profile {
+  const p = makeProfile({ samples: addresses.map(() => ({ stack: ['leaf'], values: [0, 0, 1, 100] })) });
+  const file = libraryPath();
+  const mapping = new Mapping({ id: p.mapping.reduce((a, m) => Math.max(a, Number(m.id)), 0) + 1, memoryStart: BASE, memoryLimit: BASE + 0x20000000, fileOffset: 0, filename: p.stringTable.dedup(file) });
+  p.mapping.push(mapping);
+  let id = p.location.reduce((a, l) => Math.max(a, Number(l.id)), 0);
+  addresses.forEach((address, i) => {
+    const loc = new Location({ id: ++id, address, mappingId: mapping.id });
+    p.location.push(loc);
+    p.sample[i]!.locationId = [...p.sample[i]!.locationId, loc.id];
+  });
+  return p;
+}
+
+function outerNames(p: Profile): string[] {
+  const str = (x: number | bigint) => p.stringTable.strings[Number(x)] ?? '';
+  const fn = new Map(p.function.map((f) => [Number(f.id), str(f.name)]));
+  const loc = new Map(p.location.map((l) => [Number(l.id), l.line.length ? fn.get(Number(l.line[0]!.functionId)) : '?']));
+  return p.sample.map((s) => loc.get(Number(s.locationId[s.locationId.length - 1]))!);
+}
+
+/** An address of the mapping inside one of the library's functions, and that function's name. */
+function namedAddress(): { address: number; name: string } {
+  const elf = readElf(libraryPath());
+  const sym = elf.symbolizer();
+  const text = elf.loadSegments.find((g) => (g.flags & 1) !== 0)!; // PF_X
+  for (let vaddr = text.vaddr; vaddr < text.vaddr + text.memsz; vaddr += 0x10) {
+    const s = sym.lookup(vaddr);
+    // the library is mapped whole from offset 0 here: an address is BASE + its file offset
+    if (s) return { address: BASE + (vaddr - text.vaddr + text.offset), name: demangle(s.name) };
+  }
+  throw new Error('no function in the library');
+}
+
+test("an address of a file's mapping that the file does not name is named from the perf map; one it names keeps its name", () => {
+  const path = join(tempDir('mpp-jit-in-file-'), 'perf-1.map');
+  const named = namedAddress();
+  writeFileSync(path, `${(JIT - 0x80).toString(16)} 200 JS:~keepIt /app/keep.js:1:16\n${(named.address - 0x10).toString(16)} 100 JS:~shadow /app/keep.js:9:1\n`);
+  const p = profileWith([JIT, named.address]);
+  const { counts } = symbolize(p, { perfMapPath: path });
+  assert.deepEqual(outerNames(p), ['keepIt', named.name]);
+  assert.equal(counts.javascript, 1);
+});
+
+test('control: without the perf map the frame stays unnamed', () => {
+  const p = profileWith([JIT]);
+  const { counts } = symbolize(p, {});
+  assert.deepEqual(outerNames(p), ['?']);
+  assert.equal(counts.unnamed, 1);
+});
