@@ -11,7 +11,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { Location, Mapping, type Profile } from 'pprof-format';
+import { Location, Mapping, type Profile } from '../../src/profile/pprof.js';
 
 import { libraryPath } from '../../src/preload/library.js';
 import { readElf } from '../../src/symbolize/elf.js';
