@@ -13,7 +13,7 @@ import { formatPeak } from '../profile/peak.js';
 import { formatRssLines } from '../profile/rss.js';
 import { writeHtmlReport } from '../report/index.js';
 import { isProfilerScript } from '../report/data.js';
-import { runProgram, type ProcessReport, type RunOptions } from '../run/index.js';
+import { isLauncher, runProgram, type ProcessReport, type RunOptions } from '../run/index.js';
 import { isJavaScriptName } from '../symbolize/perfmap.js';
 import { splitCommandLine } from './args.js';
 import { humanBytes, printTop } from './top.js';
@@ -163,6 +163,7 @@ export async function runCommand(argv: string[]): Promise<number> {
     return result.status;
   }
   if (result.warning) err.write(`mimalloc-pprof: warning: ${result.warning}\n`);
+  if (result.followed) err.write(`mimalloc-pprof: ${result.followed.from}: started ${result.followed.to} directly, so that it is the program profiled\n`);
   if (!opts.profile) return result.status;
   const profiled = result.processes.filter((p) => p.profile);
   if (result.noProfile) {
@@ -172,7 +173,10 @@ export async function runCommand(argv: string[]): Promise<number> {
   // the process that used the most is the one worth detailing (npx's node runs tsc): by its
   // peak resident set, else by what it had in use at exit
   const weight = (p: ProcessReport) => p.peakRssBytes ?? p.inuseBytes ?? 0;
-  const detailed = profiled.reduce((a, b) => (weight(b) > weight(a) ? b : a));
+  // npm, npx and shells only start the program: it is the one worth detailing, however much
+  // npm itself used (`npm exec`, `npx -p …`, `npm run` that run could not follow)
+  const programs = profiled.filter((p) => !isLauncher(p.argv));
+  const detailed = (programs.length > 0 ? programs : profiled).reduce((a, b) => (weight(b) > weight(a) ? b : a));
   if (result.processes.length > 1) printProcesses(result.processes, detailed, opts.peak === true);
   if (opts.top > 0 && detailed.profile) {
     const who = detailed.argv.length > 0 ? basename(detailed.argv[0]!) : basename(opts.command[0]!);
@@ -183,6 +187,8 @@ export async function runCommand(argv: string[]): Promise<number> {
     if (stripped) err.write(`mimalloc-pprof: ${stripped} has no symbol table (stripped): its own frames show as [${stripped}]\n`);
     printTop(detailed.profile, 'inuse_space', opts.top, err);
     printJavaScriptCallers(detailed.profile, opts.top, err);
+    const freed = gcHint(detailed, opts.interval ?? 524288);
+    if (freed) err.write(`\n${freed}\n`);
     const allocated = allocatedHint(detailed.profile, detailed.file, detailed.peak ? 'at the peak' : 'at exit');
     if (allocated) err.write(`\n${allocated}\n`);
     if (detailed.rss) {
@@ -205,6 +211,23 @@ export async function runCommand(argv: string[]): Promise<number> {
     }
   }
   return result.status;
+}
+
+/**
+ * What the full collection before the exit profile freed, when it freed at least one sampling
+ * interval (less is below what the estimate can tell): memory that only unreachable objects
+ * held, which a module scope's data is once its script has ended. Where to see it instead.
+ */
+export function gcHint(p: ProcessReport, interval: number): string | undefined {
+  if (!p.gc) return undefined;
+  const native = Math.max(0, p.gc.nativeBefore - p.gc.nativeAfter);
+  const js = Math.max(0, p.gc.jsBefore - p.gc.jsAfter);
+  if (native + js < interval) return undefined;
+  return (
+    `mimalloc-pprof: the garbage collection before this profile freed ${humanBytes(native)} of native memory (estimated) and ${humanBytes(js)} of JavaScript heap: ` +
+    'memory only unreachable objects held (a module-scope variable of a script that has ended is one); ' +
+    '--no-gc profiles it as it was, --peak at its high-water mark'
+  );
 }
 
 /**

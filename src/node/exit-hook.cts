@@ -74,12 +74,20 @@ function install(addon: Addon, runDir: string): void {
     done = true;
     try {
       if (collect) {
+        // what the collection frees is said at the end of the run (memory that only
+        // unreachable objects held: a script's module scope once it has ended, too)
+        const nativeBefore = addon.stats().estimatedLiveBytes;
+        const jsBefore = process.memoryUsage().heapUsed;
         // V8's flag set only now, when the program is done. Twice: V8 frees the backing
         // stores of dead ArrayBuffers (Buffers) on a background sweeper after a collection,
         // and the next full collection first waits for that sweep to finish.
         const gc = fullGc();
         gc?.();
         gc?.();
+        if (gc) {
+          const freed = { nativeBefore, nativeAfter: addon.stats().estimatedLiveBytes, jsBefore, jsAfter: process.memoryUsage().heapUsed };
+          writeFileSync(join(runDir, `gc.${process.pid}.json`), JSON.stringify(freed));
+        }
       }
       // V8's perf map as the dump sees it: code made afterwards (this hook's own) may take the
       // address of code a sample holds, and must not name it (run reads only this much)

@@ -13,7 +13,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { accessSync, chmodSync, copyFileSync, constants as fsConstants, existsSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { constants as osConstants, tmpdir } from 'node:os';
-import { dirname, extname, join, resolve } from 'node:path';
+import { basename, dirname, extname, join, resolve } from 'node:path';
 import { debuglog } from 'node:util';
 
 import type { Profile } from '../profile/pprof.js';
@@ -82,6 +82,9 @@ export interface ProcessReport extends ProcessMarker {
   rss?: RssBreakdown;
   /** `--peak`: the profile is the peak's (its estimate, standard error and when). */
   peak?: PeakInfo;
+  /** Node: the full garbage collection before the exit profile, the estimated native bytes
+   * in use and V8's heap used before and after it. */
+  gc?: { nativeBefore: number; nativeAfter: number; jsBefore: number; jsAfter: number };
 }
 
 export type RunResult =
@@ -105,7 +108,65 @@ export type RunResult =
       warning?: string;
       /** --every: the periodic profiles written, in order of pid and number. */
       series?: { pid: number; n: number; file: string }[];
+      /** npx/npm exec NAME: the package binary run started in its place. */
+      followed?: { from: string; to: string };
     };
+
+/** npx's and `npm exec`'s options that do not change which program they start. */
+const LAUNCHER_FLAGS = new Set(['--yes', '-y', '--no-install', '--no', '--quiet', '-q', '--silent', '-s']);
+
+/**
+ * `npx NAME ARGS…` or `npm exec [--] NAME ARGS…` where NAME is a package binary installed in
+ * `cwd` or a folder above (node_modules/.bin/NAME): that binary and its arguments, so that run
+ * starts, and details, the program rather than npm (which would spawn it as a grandchild,
+ * with the preload but without run's own arrangements for it, e.g. Deno's exit hook).
+ * Undefined when npm would do more than that (fetch a package, --package, --call): run then
+ * starts npm, and the process detailed is the heaviest one that is not npm or a shell.
+ */
+export function followLauncher(command: readonly string[], cwd: string): { command: string[]; binDir: string } | undefined {
+  const [cmd, ...rest] = command;
+  if (cmd === undefined) return undefined;
+  const name = basename(cmd);
+  let i = 0;
+  if (name === 'npm') {
+    if (rest[0] !== 'exec' && rest[0] !== 'x') return undefined;
+    i = 1;
+  } else if (name !== 'npx') return undefined;
+  for (; i < rest.length; i++) {
+    const a = rest[i]!;
+    if (a === '--') {
+      i++;
+      break;
+    }
+    if (!a.startsWith('-')) break;
+    if (!LAUNCHER_FLAGS.has(a)) return undefined;
+  }
+  const program = rest[i];
+  if (program === undefined || program.includes('/') || program.includes('@')) return undefined;
+  for (let dir = resolve(cwd); ; dir = dirname(dir)) {
+    const bin = join(dir, 'node_modules', '.bin', program);
+    try {
+      accessSync(bin, fsConstants.X_OK);
+      if (statSync(bin).isFile()) return { command: [bin, ...rest.slice(i + 1)], binDir: join(dir, 'node_modules', '.bin') };
+    } catch {
+      // not here
+    }
+    if (dirname(dir) === dir) return undefined;
+  }
+}
+
+/** A process that only starts another (npm, npx, a shell, env): not the one to detail. */
+export function isLauncher(argv: readonly string[]): boolean {
+  const exe = basename(argv[0] ?? '');
+  if (['npm', 'npx', 'sh', 'bash', 'dash', 'env', 'corepack', 'yarn', 'pnpm'].includes(exe)) return true;
+  const script = argv[1] ?? '';
+  if (!/^node(js)?\d*$/.test(exe)) return false;
+  // node running npm's entry: /usr/bin/npm, …/npm/bin/npx-cli.js, …/npm/lib/cli.js, yarn's, pnpm's
+  return (
+    /^(npm|npx|yarn|pnpm|corepack)(\.c?js)?$/.test(basename(script)) ||
+    /\/(npm|yarn|pnpm|corepack)\/(bin|lib|dist)\/[^/]*\.c?js$/.test(script)
+  );
+}
 
 /** `out` must be writable before the program runs: found afterwards, the profile is lost. */
 export function checkOut(out: string): void {
@@ -497,6 +558,14 @@ function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport, copie
     const merged = mergeJsHeap(profile, js, interval);
     comment(`heap=js: V8's sampling heap profiler at interval=${interval}: ${Math.round(merged.bytes)} bytes of JavaScript objects in use (${merged.samples} samples)`);
   }
+  const gcFile = join(runDir, `gc.${p.pid}.json`);
+  if (!atPeak && existsSync(gcFile)) {
+    const gc = JSON.parse(readFileSync(gcFile, 'utf8')) as NonNullable<ProcessReport['gc']>;
+    p.gc = gc;
+    comment(
+      `exit: a full garbage collection before this profile freed ${Math.max(0, Math.round(gc.nativeBefore - gc.nativeAfter))} bytes of native memory (estimated) and ${Math.max(0, gc.jsBefore - gc.jsAfter)} bytes of JavaScript heap`,
+    );
+  }
   const rssFile = join(runDir, `rss.${p.pid}.json`);
   if (!atPeak && existsSync(rssFile)) {
     const rss = JSON.parse(readFileSync(rssFile, 'utf8')) as RssBreakdown;
@@ -525,12 +594,15 @@ function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport, copie
  */
 export async function runProgram(opts: RunOptions): Promise<RunResult> {
   if (opts.profile) checkOut(opts.out);
-  const [cmd, ...args] = opts.command as [string, ...string[]];
+  const followed = opts.profile ? followLauncher(opts.command, process.cwd()) : undefined;
+  const [cmd, ...args] = (followed?.command ?? opts.command) as [string, ...string[]];
   const runDir = mkdtempSync(join(tmpdir(), 'mimalloc-pprof-run-'));
   startWatchdog(runDir);
   try {
     const found = which(cmd, process.env);
     const env = programEnv(opts, runDir, found !== undefined && isNodeProgram(found));
+    // as npx would: the package binaries on PATH for what the program starts
+    if (followed) env.PATH = [followed.binDir, env.PATH].filter(Boolean).join(':');
     const file = which(cmd, env);
     if (file === undefined) return { kind: 'not-started', status: 127, message: `${cmd}: command not found` };
     try {
@@ -588,6 +660,7 @@ export async function runProgram(opts: RunOptions): Promise<RunResult> {
       startedUnixMs,
       ...(obstacle ? { warning: obstacle } : {}),
       ...(series ? { series: written } : {}),
+      ...(followed ? { followed: { from: opts.command.slice(0, opts.command.length - followed.command.length + 1).join(' '), to: followed.command[0]! } } : {}),
     };
     if (!opts.profile) return result;
     for (const p of processes) if (raws.has(p.pid)) finishProfile(opts, runDir, p, copies, startedUnixMs);
