@@ -15,6 +15,7 @@ import { writeHtmlReport } from '../report/index.js';
 import { isProfilerScript } from '../report/data.js';
 import { isLauncher, runProgram, type ProcessReport, type RunOptions } from '../run/index.js';
 import { isJavaScriptName } from '../symbolize/perfmap.js';
+import { parseServeAddress } from '../http/run-serve.js';
 import { splitCommandLine } from './args.js';
 import { humanBytes, printTop } from './top.js';
 
@@ -62,6 +63,12 @@ Options:
                       with .html for its extension
   --no-cmdline        leave the processes' command lines out of the profiles and the report
                       (an argument may be a password; files are written 0600 either way)
+  --serve [HOST:]PORT serve /debug/pprof/heap, /allocs… from inside CMD (a Node program) on
+                      HOST:PORT (default host 127.0.0.1; 0: any free port, said on stderr),
+                      while it runs, for go tool pprof, top URL, growth; JavaScript names
+                      on; every file V8 or the profiler wrote is removed when it stops
+  --token T           with --serve: the endpoints require "Authorization: Bearer T" (default
+                      MIMALLOC_PPROF_TOKEN); needed for clients that are not on loopback
   --no-profile        only run CMD on mimalloc (no profiling)
   -h, --help          this help
 `;
@@ -71,7 +78,7 @@ interface CliRunOptions extends RunOptions {
   html?: boolean;
 }
 
-const VALUE_OPTIONS = new Set(['--out', '--format', '--interval', '--seed', '--bt-max', '--top', '--every']);
+const VALUE_OPTIONS = new Set(['--out', '--format', '--interval', '--seed', '--bt-max', '--top', '--every', '--serve', '--token']);
 
 export function parseRunArgs(argv: string[]): CliRunOptions | 'help' {
   const opts: CliRunOptions = { out: 'mimalloc-pprof.pb.gz', format: 'proto', btMax: 64, top: 10, profile: true, gc: true, jsHeap: true, command: [] };
@@ -113,9 +120,22 @@ export function parseRunArgs(argv: string[]): CliRunOptions | 'help' {
       case '--every':
         opts.every = parseDuration(value, '--every');
         break;
+      case '--serve': {
+        const address = parseServeAddress(value);
+        if (typeof address === 'string') throw new UsageError(`run: ${address}`);
+        opts.serve = value;
+        break;
+      }
+      case '--token':
+        if (value === '' || /\s/.test(value)) throw new UsageError('run: --token must be a non-empty word');
+        opts.serveToken = value;
+        break;
     }
   }
   opts.command = split.rest;
+  if (opts.serveToken !== undefined && opts.serve === undefined) throw new UsageError('run: --token goes with --serve');
+  if (opts.serve !== undefined && opts.serveToken === undefined && process.env.MIMALLOC_PPROF_TOKEN) opts.serveToken = process.env.MIMALLOC_PPROF_TOKEN;
+  if (opts.serve !== undefined && !opts.profile) throw new UsageError('run: --serve needs the profiler (not --no-profile)');
   if (opts.command.length === 0) throw new UsageError('run: no command given (mimalloc-pprof run [options] -- CMD ARGS…)');
   return opts;
 }

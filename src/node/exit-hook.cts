@@ -155,6 +155,16 @@ if (isMainThread && dir && addonPath) {
   // eslint-disable-next-line @typescript-eslint/no-require-imports
   const addon = require(addonPath) as Addon;
   if (addon.available().available) install(addon, dir);
+  // `run --serve`: the endpoints in the process run started (not in its children: one port)
+  const spec = process.env.MIMALLOC_PPROF_SERVE;
+  if (spec && String(process.ppid) === process.env.MIMALLOC_PPROF_RUN_PID) {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const { pathToFileURL } = require('node:url') as typeof import('node:url');
+    const module = pathToFileURL(join(dirname(realpathSync(__filename)), '..', 'http', 'run-serve.js')).href;
+    (import(module) as Promise<typeof import('../http/run-serve.js')>)
+      .then((m) => m.startRunServe(spec))
+      .catch((e: unknown) => process.stderr.write(`mimalloc-pprof: --serve ${spec}: ${e instanceof Error ? e.message : String(e)}\n`));
+  }
 }
 
 // a worker thread's isolate runs its builtins from a copy of its own, unmapped when the worker

@@ -65,6 +65,10 @@ export interface RunOptions {
   /** false: the command lines of the run's processes are left out of the profiles (and so of
    * the report): an argument may be a password (default true). */
   cmdline?: boolean;
+  /** `[HOST:]PORT`: the /debug/pprof/* endpoints in the Node process run starts. */
+  serve?: string;
+  /** The bearer token the endpoints of `serve` require. */
+  serveToken?: string;
 }
 
 /** One process of the run. */
@@ -188,7 +192,7 @@ export function checkOut(out: string): void {
 
 /** What run tells its processes (a run inside a run starts afresh); the user's own
  * MIMALLOC_PPROF_* settings (the Node API's) pass through. */
-const RUN_VARIABLES = ['RUN_DIR', 'RUN_PID', 'MAIN_ONLY', 'NODE_OPTIONS', 'NO_GC', 'ADDON', 'JS_HEAP', 'PEAK'].map((v) => `MIMALLOC_PPROF_${v}`);
+const RUN_VARIABLES = ['RUN_DIR', 'RUN_PID', 'MAIN_ONLY', 'NODE_OPTIONS', 'NO_GC', 'ADDON', 'JS_HEAP', 'PEAK', 'SERVE', 'SERVE_TOKEN'].map((v) => `MIMALLOC_PPROF_${v}`);
 
 /** The signals `run` passes on to its program (it ends when they end the program). */
 const FORWARDED = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const;
@@ -252,6 +256,8 @@ function programEnv(opts: RunOptions, runDir: string, isNode: boolean): NodeJS.P
     env.MIMALLOC_PPROF_ADDON = addonPath();
     if (!opts.gc) env.MIMALLOC_PPROF_NO_GC = '1';
     if (!opts.jsHeap) env.MIMALLOC_PPROF_JS_HEAP = '0';
+    if (opts.serve !== undefined) env.MIMALLOC_PPROF_SERVE = opts.serve;
+    if (opts.serveToken !== undefined) env.MIMALLOC_PPROF_SERVE_TOKEN = opts.serveToken;
     if (opts.mainOnly && !isNode) return env;
     const hook = unsplittable(EXIT_HOOK, runDir);
     env.NODE_OPTIONS = [env.NODE_OPTIONS, '--perf-basic-prof', '--interpreted-frames-native-stack', `--require=${hook}`]
