@@ -23,6 +23,12 @@ export function printRun(opts: CliRunOptions, result: RunResult): number {
     return result.status;
   }
   if (result.warning) err.write(`mimalloc-pprof: warning: ${result.warning}\n`);
+  if (result.interrupted) {
+    const { signal, raw } = result.interrupted;
+    err.write(`mimalloc-pprof: ${signal} while naming the profiles: ${raw.length === 0 ? 'no raw profile could be kept' : `kept the raw profile${raw.length === 1 ? '' : 's'} instead`}\n`);
+    for (const r of raw) err.write(`mimalloc-pprof: raw profile of pid ${r.pid}: ${r.file} (name it with: mimalloc-pprof symbolize ${r.file})\n`);
+    return result.status;
+  }
   if (result.followed) err.write(`mimalloc-pprof: ${result.followed.from}: started ${result.followed.to} directly, so that it is the program profiled\n`);
   if (!opts.profile) return result.status;
   const profiled = result.processes.filter((p) => p.profile);

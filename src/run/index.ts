@@ -11,7 +11,7 @@
  * symbolised here, in this process, and written next to `out`.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { accessSync, constants as fsConstants, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { accessSync, chmodSync, copyFileSync, constants as fsConstants, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { constants as osConstants, tmpdir } from 'node:os';
 import { basename, dirname, extname, join, resolve } from 'node:path';
 import { debuglog } from 'node:util';
@@ -101,6 +101,9 @@ export type RunResult =
       warning?: string;
       /** --every: the periodic profiles written, in order of pid and number. */
       series?: { pid: number; n: number; file: string }[];
+      /** A SIGINT or SIGTERM to run while it named the profiles: the raw profiles not yet
+       * named, kept beside `out` (mimalloc-pprof symbolize names them). */
+      interrupted?: { signal: NodeJS.Signals; raw: { pid: number; file: string }[] };
       /** npx/npm exec NAME: the package binary run started in its place. */
       followed?: { from: string; to: string };
     };
@@ -314,6 +317,13 @@ async function launch(file: string, args: string[], argv0: string, env: NodeJS.P
   return { pid: child.pid ?? -1, ended };
 }
 
+class Interrupted extends Error {}
+
+/** Where an interrupted run keeps the raw profile of `pid`: `out` with .<pid>.raw.pb. */
+export function rawPath(out: string, pid: number): string {
+  return `${out.replace(/\.(pb\.gz|pb|pprof|heap|txt)$/i, '')}.${pid}.raw.pb`;
+}
+
 /** The closing message when a run left no profile, naming the cause that fits the ending. */
 export function whyNoProfile(cmd: string, code: number | null, signal: NodeJS.Signals | null): string {
   if (signal === 'SIGKILL') return `${cmd} was killed by SIGKILL, which no program can catch`;
@@ -412,7 +422,58 @@ export async function runProgram(opts: RunOptions): Promise<RunResult> {
       ...(followed ? { followed: { from: opts.command.slice(0, opts.command.length - followed.command.length + 1).join(' '), to: followed.command[0]! } } : {}),
     };
     if (!opts.profile) return result;
-    for (const p of processes) if (raws.has(p.pid)) post.finishProfile(opts, runDir, p, copies, startedUnixMs);
+    // Naming takes a while for a big program: a line says so after a second, and a SIGINT or
+    // SIGTERM then keeps the raw profiles not yet named beside `out` rather than losing them.
+    let interrupted: NodeJS.Signals | undefined;
+    const onSignal = (sig: NodeJS.Signals) => {
+      interrupted ??= sig;
+    };
+    const listening = (['SIGINT', 'SIGTERM'] as const).map((sig) => [sig, () => onSignal(sig)] as const);
+    for (const [sig, f] of listening) process.on(sig, f);
+    const namingFrom = performance.now();
+    let said = false;
+    const naming = raws.size;
+    const step = async () => {
+      await new Promise<void>((r) => setImmediate(r));
+      if (interrupted) throw new Interrupted();
+      if (!said && performance.now() - namingFrom > 1000) {
+        said = true;
+        process.stderr.write(`mimalloc-pprof: naming the profile${naming === 1 ? '' : `s of ${naming} processes`}… (Ctrl-C keeps the raw profile${naming === 1 ? '' : 's'} instead)\n`);
+      }
+    };
+    const done = new Set<number>();
+    try {
+      // MIMALLOC_PPROF_TEST_NAMING_DELAY_MS: the tests' window for a signal during naming
+      const delay = Number(process.env.MIMALLOC_PPROF_TEST_NAMING_DELAY_MS) || 0;
+      for (let waited = 0; waited < delay; waited += 50) {
+        await new Promise((r) => setTimeout(r, 50));
+        await step();
+      }
+      for (const p of processes) {
+        if (!raws.has(p.pid)) continue;
+        await step();
+        await post.finishProfile(opts, runDir, p, copies, startedUnixMs, step);
+        done.add(p.pid);
+      }
+    } catch (e) {
+      if (!(e instanceof Interrupted) || interrupted === undefined) throw e;
+      const kept: { pid: number; file: string }[] = [];
+      for (const pid of [...raws].filter((pid) => !done.has(pid)).sort((a, b) => (a === mainPid ? -1 : b === mainPid ? 1 : a - b))) {
+        const file = resolve(rawPath(opts.out, pid));
+        try {
+          copyFileSync(join(runDir, `raw.${pid}.pb`), file);
+          chmodSync(file, 0o600);
+          kept.push({ pid, file });
+        } catch {
+          // not writable now: lost, and said so by its absence
+        }
+      }
+      result.interrupted = { signal: interrupted, raw: kept };
+      result.status = 128 + (osConstants.signals[interrupted] ?? 15);
+      return result;
+    } finally {
+      for (const [sig, f] of listening) process.removeListener(sig, f);
+    }
     if (!raws.has(mainPid)) result.noProfile = whyNoProfile(cmd, code, signal);
     return result;
   } finally {

@@ -214,12 +214,18 @@ export function startSeries(opts: RunOptions, runDir: string, copies: CodeCopies
   };
 }
 
-export function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport, copies: CodeCopies, startedUnixMs?: number): void {
+/**
+ * Names one process's raw profile, records who it was, and writes it. `step` is awaited
+ * between the phases (decoding, naming, merging, encoding): run's signal handlers and its
+ * progress line get their turn there.
+ */
+export async function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport, copies: CodeCopies, startedUnixMs: number | undefined, step: () => Promise<void>): Promise<void> {
   const started = performance.now();
   // --peak: the in-use figures of the high-water mark (the library wrote both at exit)
   const peakFile = join(runDir, `peak.${p.pid}.pb`);
   const atPeak = opts.peak === true && existsSync(peakFile);
   const raw = ProfileCodec.decode(readFileSync(atPeak ? peakFile : join(runDir, `raw.${p.pid}.pb`)));
+  await step();
   const perfMap = perfMapOf(p.pid);
   const cut = join(runDir, `perfmap.${p.pid}.json`); // the map's size at the dump (Node's exit hook)
   const perfMapBytes = existsSync(cut) ? (JSON.parse(readFileSync(cut, 'utf8')) as { bytes: number }).bytes : undefined;
@@ -237,6 +243,7 @@ export function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport
     const peak = annotatePeak(profile, humanBytes, startedUnixMs);
     if (peak) p.peak = peak;
   }
+  await step();
   const jsHeapFile = join(runDir, `jsheap.${p.pid}.json`);
   // the JavaScript heap and the resident set were measured at exit, not at the peak
   if (opts.jsHeap && !atPeak && existsSync(jsHeapFile)) {
@@ -263,6 +270,7 @@ export function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport
   if (p.argv.length > 0 && opts.cmdline !== false) comment(`command: ${p.argv.join(' ')}`);
   const out = p.main ? opts.out : withPid(opts.out, p.pid);
   // heap_v2 text has native addresses only: JavaScript-heap samples would be `0x0` rows
+  await step();
   writeFileAtomic(out, opts.format === 'proto' ? encodeProfile(profile) : encodeHeapText(withoutJsHeap(profile).profile, out));
   rmSync(perfMap, { force: true });
   debug('postprocess pid=%d samples=%d ms=%s', p.pid, profile.sample.length, (performance.now() - started).toFixed(1));
