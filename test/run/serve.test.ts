@@ -94,3 +94,17 @@ test('control: the service started by hand with V8\'s flags, SIGTERMed, leaves i
   for (const f of left) rmSync(f.startsWith('/') ? f : join(dir, f), { force: true });
   assert.ok(left.includes(`/tmp/perf-${pid}.map`), left.join(' '));
 });
+
+test('--serve [HOST:]PORT: addresses read, bad ones one usage line', async () => {
+  const { parseRunArgs } = await import('../../src/cli/run.js');
+  const { parseServeAddress } = await import('../../src/http/serve-address.js');
+  assert.deepEqual(parseServeAddress('6060'), { host: '127.0.0.1', port: 6060 });
+  assert.deepEqual(parseServeAddress('0.0.0.0:0'), { host: '0.0.0.0', port: 0 });
+  assert.deepEqual(parseServeAddress('[::1]:6060'), { host: '::1', port: 6060 });
+  for (const bad of ['', 'x', '70000', 'host:', ':6060', '1.2.3.4:port']) assert.equal(typeof parseServeAddress(bad), 'string', bad);
+  const opts = parseRunArgs(['--serve', '127.0.0.1:7070', '--token', 'T', '--', 'node', 's.js']);
+  assert.ok(opts !== 'help' && opts.serve === '127.0.0.1:7070' && opts.serveToken === 'T');
+  assert.throws(() => parseRunArgs(['--serve', 'nope', '--', 'node']), /--serve takes \[HOST:\]PORT/);
+  assert.throws(() => parseRunArgs(['--token', 'T', '--', 'node']), /--token goes with --serve/);
+  assert.throws(() => parseRunArgs(['--serve', '6060', '--no-profile', '--', 'node']), /--serve needs the profiler/);
+});
