@@ -16,6 +16,7 @@ import { formatRssComment, type RssBreakdown } from '../profile/rss.js';
 import { humanBytes } from '../cli/top.js';
 import { withoutJsHeap } from '../cli/convert.js';
 import { codeCopiesFromSnapshot, codeCopiesOf, type CodeCopy } from '../symbolize/code-copies.js';
+import { persistDemangled, saveDemangled } from '../symbolize/demangle.js';
 import { isPreloadLibrary, symbolize } from '../symbolize/index.js';
 import { recordedNumber } from '../symbolize/raw.js';
 import { readV8Logs, v8LogsIn } from '../symbolize/v8-log.js';
@@ -23,6 +24,9 @@ import { packageVersion, seriesPath, withPid, type ProcessReport, type RunOption
 import { perfMapOf, readMarkers, type ProcessMarker } from './leftovers.js';
 
 const debug = debuglog('mimalloc-pprof');
+
+// the names of node's functions, demangled once rather than in every run
+persistDemangled();
 
 /** Where each process of the run had code outside its recorded mappings (V8's copy of its
  * builtins: src/symbolize/code-copies.ts). */
@@ -270,6 +274,7 @@ export async function finishProfile(opts: RunOptions, runDir: string, p: Process
   if (p.argv.length > 0 && opts.cmdline !== false) comment(`command: ${p.argv.join(' ')}`);
   const out = p.main ? opts.out : withPid(opts.out, p.pid);
   // heap_v2 text has native addresses only: JavaScript-heap samples would be `0x0` rows
+  saveDemangled();
   await step();
   writeFileAtomic(out, opts.format === 'proto' ? encodeProfile(profile) : encodeHeapText(withoutJsHeap(profile).profile, out));
   rmSync(perfMap, { force: true });

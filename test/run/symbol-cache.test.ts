@@ -54,3 +54,29 @@ test('node\'s symbols from the cache name addresses as a fresh read does; a dama
   writeFileSync(file, shifted);
   assert.notDeepEqual(names(dir), fresh);
 });
+
+test('demangled names kept on disk come back as the demangler gives them; control: a wrong entry is used as is', () => {
+  const dir = tempDir('mpp-demangle-cache-');
+  const demangle = join(root, 'dist', 'src', 'symbolize', 'demangle.js');
+  const mangled = ['_ZN4node6Buffer3NewEPN2v87IsolateEm', '_ZNSt6vectorIiSaIiEE9push_backERKi', '_ZN2v88internal4Heap14CollectGarbageENS0_15AllocationSpaceE', '_RNvCs1234_5crate4main', 'malloc'];
+  const run = (persist: boolean) => {
+    const script = `
+      import { demangle, persistDemangled, saveDemangled } from ${JSON.stringify(demangle)};
+      if (${persist}) persistDemangled();
+      console.log(JSON.stringify(${JSON.stringify(mangled)}.map(demangle)));
+      saveDemangled();
+    `;
+    const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', env: { ...process.env, MIMALLOC_PPROF_CACHE_DIR: dir } });
+    assert.equal(r.status, 0, r.stderr);
+    return JSON.parse(r.stdout) as string[];
+  };
+  const fresh = run(false);
+  assert.equal(fresh[0], 'node::Buffer::New(v8::Isolate*, unsigned long)');
+  assert.deepEqual(run(true), fresh); // fills the file
+  const file = join(dir, 'demangled.json');
+  assert.equal((statSync(file).mode & 0o777).toString(8), '600');
+  assert.deepEqual(run(true), fresh); // from the file
+  const entries = JSON.parse(readFileSync(file, 'utf8')) as [string, string][];
+  writeFileSync(file, JSON.stringify(entries.map(([k, v]) => [k, k === mangled[0] ? 'wrong' : v])));
+  assert.equal(run(true)[0], 'wrong');
+});
