@@ -74,12 +74,20 @@ function install(addon: Addon, runDir: string): void {
     done = true;
     try {
       if (collect) {
+        // what the collection frees is said at the end of the run (memory that only
+        // unreachable objects held: a script's module scope once it has ended, too)
+        const nativeBefore = addon.stats().estimatedLiveBytes;
+        const jsBefore = process.memoryUsage().heapUsed;
         // V8's flag set only now, when the program is done. Twice: V8 frees the backing
         // stores of dead ArrayBuffers (Buffers) on a background sweeper after a collection,
         // and the next full collection first waits for that sweep to finish.
         const gc = fullGc();
         gc?.();
         gc?.();
+        if (gc) {
+          const freed = { nativeBefore, nativeAfter: addon.stats().estimatedLiveBytes, jsBefore, jsAfter: process.memoryUsage().heapUsed };
+          writeFileSync(join(runDir, `gc.${process.pid}.json`), JSON.stringify(freed));
+        }
       }
       // V8's perf map as the dump sees it: code made afterwards (this hook's own) may take the
       // address of code a sample holds, and must not name it (run reads only this much)
@@ -147,6 +155,16 @@ if (isMainThread && dir && addonPath) {
   // eslint-disable-next-line @typescript-eslint/no-require-imports
   const addon = require(addonPath) as Addon;
   if (addon.available().available) install(addon, dir);
+  // `run --serve`: the endpoints in the process run started (not in its children: one port)
+  const spec = process.env.MIMALLOC_PPROF_SERVE;
+  if (spec && String(process.ppid) === process.env.MIMALLOC_PPROF_RUN_PID) {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const { pathToFileURL } = require('node:url') as typeof import('node:url');
+    const module = pathToFileURL(join(dirname(realpathSync(__filename)), '..', 'http', 'run-serve.js')).href;
+    (import(module) as Promise<typeof import('../http/run-serve.js')>)
+      .then((m) => m.startRunServe(spec))
+      .catch((e: unknown) => process.stderr.write(`mimalloc-pprof: --serve ${spec}: ${e instanceof Error ? e.message : String(e)}\n`));
+  }
 }
 
 // a worker thread's isolate runs its builtins from a copy of its own, unmapped when the worker

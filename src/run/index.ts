@@ -11,29 +11,18 @@
  * symbolised here, in this process, and written next to `out`.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { accessSync, chmodSync, copyFileSync, constants as fsConstants, existsSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { accessSync, chmodSync, copyFileSync, constants as fsConstants, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { constants as osConstants, tmpdir } from 'node:os';
-import { dirname, extname, join, resolve } from 'node:path';
+import { basename, dirname, extname, join, resolve } from 'node:path';
 import { debuglog } from 'node:util';
 
 import type { Profile } from '../profile/pprof.js';
-import { Profile as ProfileCodec } from '../profile/pprof.js';
-
+import type { PeakInfo } from '../profile/peak.js';
+import type { RssBreakdown } from '../profile/rss.js';
 import { UsageError } from '../errors.js';
 import { denoExecutable, isNodeProgram, preloadObstacle, which } from '../preload/launch.js';
 import { ADDON_FILE, addonPath, libraryPath, packageRoot } from '../preload/library.js';
-import { encodeHeapText, encodeProfile, findSampleType, totalValue } from '../profile/index.js';
-import { writeFileAtomic } from '../profile/files.js';
-import { mergeJsHeap, type V8SamplingHeapProfile } from '../profile/js-heap.js';
-import { annotatePeak, type PeakInfo } from '../profile/peak.js';
-import { formatRssComment, type RssBreakdown } from '../profile/rss.js';
-import { humanBytes } from '../cli/top.js';
-import { withoutJsHeap } from '../cli/convert.js';
-import { codeCopiesFromSnapshot, codeCopiesOf, type CodeCopy } from '../symbolize/code-copies.js';
-import { isPreloadLibrary, symbolize } from '../symbolize/index.js';
-import { recordedNumber } from '../symbolize/raw.js';
-import { readV8Logs, v8LogsIn } from '../symbolize/v8-log.js';
-import { perfMapOf, readMarkers, removeV8Leftovers, startWatchdog, unsplittable, type ProcessMarker } from './leftovers.js';
+import { readMarkers, removeV8Leftovers, startWatchdog, unsplittable, type ProcessMarker } from './leftovers.js';
 
 const debug = debuglog('mimalloc-pprof');
 
@@ -65,6 +54,10 @@ export interface RunOptions {
   /** false: the command lines of the run's processes are left out of the profiles (and so of
    * the report): an argument may be a password (default true). */
   cmdline?: boolean;
+  /** `[HOST:]PORT`: the /debug/pprof/* endpoints in the Node process run starts. */
+  serve?: string;
+  /** The bearer token the endpoints of `serve` require. */
+  serveToken?: string;
 }
 
 /** One process of the run. */
@@ -82,6 +75,9 @@ export interface ProcessReport extends ProcessMarker {
   rss?: RssBreakdown;
   /** `--peak`: the profile is the peak's (its estimate, standard error and when). */
   peak?: PeakInfo;
+  /** Node: the full garbage collection before the exit profile, the estimated native bytes
+   * in use and V8's heap used before and after it. */
+  gc?: { nativeBefore: number; nativeAfter: number; jsBefore: number; jsAfter: number };
 }
 
 export type RunResult =
@@ -105,7 +101,68 @@ export type RunResult =
       warning?: string;
       /** --every: the periodic profiles written, in order of pid and number. */
       series?: { pid: number; n: number; file: string }[];
+      /** A SIGINT or SIGTERM to run while it named the profiles: the raw profiles not yet
+       * named, kept beside `out` (mimalloc-pprof symbolize names them). */
+      interrupted?: { signal: NodeJS.Signals; raw: { pid: number; file: string }[] };
+      /** npx/npm exec NAME: the package binary run started in its place. */
+      followed?: { from: string; to: string };
     };
+
+/** npx's and `npm exec`'s options that do not change which program they start. */
+const LAUNCHER_FLAGS = new Set(['--yes', '-y', '--no-install', '--no', '--quiet', '-q', '--silent', '-s']);
+
+/**
+ * `npx NAME ARGS…` or `npm exec [--] NAME ARGS…` where NAME is a package binary installed in
+ * `cwd` or a folder above (node_modules/.bin/NAME): that binary and its arguments, so that run
+ * starts, and details, the program rather than npm (which would spawn it as a grandchild,
+ * with the preload but without run's own arrangements for it, e.g. Deno's exit hook).
+ * Undefined when npm would do more than that (fetch a package, --package, --call): run then
+ * starts npm, and the process detailed is the heaviest one that is not npm or a shell.
+ */
+export function followLauncher(command: readonly string[], cwd: string): { command: string[]; binDir: string } | undefined {
+  const [cmd, ...rest] = command;
+  if (cmd === undefined) return undefined;
+  const name = basename(cmd);
+  let i = 0;
+  if (name === 'npm') {
+    if (rest[0] !== 'exec' && rest[0] !== 'x') return undefined;
+    i = 1;
+  } else if (name !== 'npx') return undefined;
+  for (; i < rest.length; i++) {
+    const a = rest[i]!;
+    if (a === '--') {
+      i++;
+      break;
+    }
+    if (!a.startsWith('-')) break;
+    if (!LAUNCHER_FLAGS.has(a)) return undefined;
+  }
+  const program = rest[i];
+  if (program === undefined || program.includes('/') || program.includes('@')) return undefined;
+  for (let dir = resolve(cwd); ; dir = dirname(dir)) {
+    const bin = join(dir, 'node_modules', '.bin', program);
+    try {
+      accessSync(bin, fsConstants.X_OK);
+      if (statSync(bin).isFile()) return { command: [bin, ...rest.slice(i + 1)], binDir: join(dir, 'node_modules', '.bin') };
+    } catch {
+      // not here
+    }
+    if (dirname(dir) === dir) return undefined;
+  }
+}
+
+/** A process that only starts another (npm, npx, a shell, env): not the one to detail. */
+export function isLauncher(argv: readonly string[]): boolean {
+  const exe = basename(argv[0] ?? '');
+  if (['npm', 'npx', 'sh', 'bash', 'dash', 'env', 'corepack', 'yarn', 'pnpm'].includes(exe)) return true;
+  const script = argv[1] ?? '';
+  if (!/^node(js)?\d*$/.test(exe)) return false;
+  // node running npm's entry: /usr/bin/npm, …/npm/bin/npx-cli.js, …/npm/lib/cli.js, yarn's, pnpm's
+  return (
+    /^(npm|npx|yarn|pnpm|corepack)(\.c?js)?$/.test(basename(script)) ||
+    /\/(npm|yarn|pnpm|corepack)\/(bin|lib|dist)\/[^/]*\.c?js$/.test(script)
+  );
+}
 
 /** `out` must be writable before the program runs: found afterwards, the profile is lost. */
 export function checkOut(out: string): void {
@@ -127,7 +184,7 @@ export function checkOut(out: string): void {
 
 /** What run tells its processes (a run inside a run starts afresh); the user's own
  * MIMALLOC_PPROF_* settings (the Node API's) pass through. */
-const RUN_VARIABLES = ['RUN_DIR', 'RUN_PID', 'MAIN_ONLY', 'NODE_OPTIONS', 'NO_GC', 'ADDON', 'JS_HEAP', 'PEAK'].map((v) => `MIMALLOC_PPROF_${v}`);
+const RUN_VARIABLES = ['RUN_DIR', 'RUN_PID', 'MAIN_ONLY', 'NODE_OPTIONS', 'NO_GC', 'ADDON', 'JS_HEAP', 'PEAK', 'SERVE', 'SERVE_TOKEN'].map((v) => `MIMALLOC_PPROF_${v}`);
 
 /** The signals `run` passes on to its program (it ends when they end the program). */
 const FORWARDED = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const;
@@ -135,7 +192,7 @@ const FORWARDED = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const;
 /** The exit hook every Node process of a run loads (its own allocations are the profiler's). */
 export const EXIT_HOOK = join(packageRoot, 'dist', 'src', 'node', 'exit-hook.cjs');
 
-function packageVersion(): string {
+export function packageVersion(): string {
   return (JSON.parse(readFileSync(join(packageRoot, 'package.json'), 'utf8')) as { version: string }).version;
 }
 
@@ -194,6 +251,8 @@ function programEnv(opts: RunOptions, runDir: string, isNode: boolean): NodeJS.P
     env.MIMALLOC_PPROF_ADDON = existsSync(beside) ? beside : addonPath();
     if (!opts.gc) env.MIMALLOC_PPROF_NO_GC = '1';
     if (!opts.jsHeap) env.MIMALLOC_PPROF_JS_HEAP = '0';
+    if (opts.serve !== undefined) env.MIMALLOC_PPROF_SERVE = opts.serve;
+    if (opts.serveToken !== undefined) env.MIMALLOC_PPROF_SERVE_TOKEN = opts.serveToken;
     if (opts.mainOnly && !isNode) return env;
     const hook = unsplittable(EXIT_HOOK, runDir);
     env.NODE_OPTIONS = [env.NODE_OPTIONS, '--perf-basic-prof', '--interpreted-frames-native-stack', `--require=${hook}`]
@@ -261,6 +320,13 @@ async function launch(file: string, args: string[], argv0: string, env: NodeJS.P
   return { pid: child.pid ?? -1, ended };
 }
 
+class Interrupted extends Error {}
+
+/** Where an interrupted run keeps the raw profile of `pid`: `out` with .<pid>.raw.pb. */
+export function rawPath(out: string, pid: number): string {
+  return `${out.replace(/\.(pb\.gz|pb|pprof|heap|txt)$/i, '')}.${pid}.raw.pb`;
+}
+
 /** The closing message when a run left no profile, naming the cause that fits the ending. */
 export function whyNoProfile(cmd: string, code: number | null, signal: NodeJS.Signals | null): string {
   if (signal === 'SIGKILL') return `${cmd} was killed by SIGKILL, which no program can catch`;
@@ -274,252 +340,9 @@ export function whyNoProfile(cmd: string, code: number | null, signal: NodeJS.Si
   );
 }
 
-/** Where each process of the run had code outside its recorded mappings (V8's copy of its
- * builtins: src/symbolize/code-copies.ts). */
-interface CodeCopies {
-  /** The copies of `pid`: what was seen of it while it ran (looked at again now unless
-   * `final`), and what its threads' exit hooks recorded. */
-  of(pid: number, final: boolean): CodeCopy[];
-  stop(): void;
-}
-
-/**
- * Looks at every process of the run (the preload's markers) once a second while the program
- * runs, so that processes that end without the exit hook (a signal, a C program, --every's
- * profiles of a live process) have their copies too; the exit hook's record of the process
- * as it was when dumped comes first once it has ended.
- */
-function watchCodeCopies(runDir: string, on: boolean): CodeCopies {
-  const seen = new Map<number, Map<string, CodeCopy>>();
-  let stopped = false;
-  const look = () => {
-    if (stopped) return;
-    let markers: ProcessMarker[];
-    try {
-      markers = readMarkers(runDir);
-    } catch {
-      return; // the run's folder gone (the run ending)
-    }
-    for (const { pid } of markers) {
-      const found = codeCopiesOf(pid);
-      if (found.length === 0) continue;
-      const known = seen.get(pid) ?? new Map<string, CodeCopy>();
-      for (const c of found) known.set(`${c.start}:${c.file}:${c.fileOffset}`, c);
-      seen.set(pid, known);
-    }
-  };
-  const timer = on ? setInterval(look, 1000) : undefined;
-  timer?.unref();
-  const first = on ? setTimeout(look, 200) : undefined;
-  first?.unref();
-  return {
-    of(pid, final) {
-      if (!final && !stopped) look();
-      // what was seen while it ran, then what its threads recorded as they ended (newer wins)
-      const all = [...(seen.get(pid)?.values() ?? [])];
-      let names: string[] = [];
-      try {
-        names = readdirSync(runDir);
-      } catch {
-        names = [];
-      }
-      const snapshots = names.filter((f) => f === `maps.${pid}.txt` || (f.startsWith(`maps.${pid}.t`) && f.endsWith('.txt')));
-      for (const f of snapshots.sort((a, b) => statSync(join(runDir, a)).mtimeMs - statSync(join(runDir, b)).mtimeMs)) {
-        const heads = join(runDir, f.replace(/^maps\./, 'pageheads.').replace(/\.txt$/, '.bin'));
-        try {
-          all.push(...codeCopiesFromSnapshot(readFileSync(join(runDir, f), 'utf8'), existsSync(heads) ? readFileSync(heads) : undefined));
-        } catch {
-          // removed meanwhile
-        }
-      }
-      return all;
-    },
-    stop() {
-      stopped = true;
-      if (timer) clearInterval(timer);
-      if (first) clearTimeout(first);
-    },
-  };
-}
-
-/**
- * V8's code log of process `pid` (src/symbolize/v8-log.ts: the functions the JIT inlined), as
- * symbolize's options: the logs kept in the run's folder (`v8log.<pid>.<n>.log`), else those
- * still in `dirs` (its working directory), and where in its perf map the log started.
- */
-function v8LogOptions(runDir: string, pid: number, dirs: readonly string[]): { v8Log?: ReturnType<typeof readV8Logs>; v8LogFrom?: number } {
-  const started = join(runDir, `v8log.${pid}.json`);
-  if (!existsSync(started)) return {}; // the log was not turned on (not Node, or it failed)
-  let kept: string[] = [];
-  try {
-    kept = readdirSync(runDir)
-      .filter((f) => f.startsWith(`v8log.${pid}.`) && f.endsWith('.log'))
-      .map((f) => join(runDir, f));
-  } catch {
-    kept = [];
-  }
-  const paths = kept.length > 0 ? kept : [...new Set(dirs)].flatMap((d) => v8LogsIn(d, pid));
-  if (paths.length === 0) return {};
-  try {
-    const { perfMapBytes } = JSON.parse(readFileSync(started, 'utf8')) as { perfMapBytes: number };
-    return { v8Log: readV8Logs(paths), v8LogFrom: perfMapBytes };
-  } catch {
-    return {};
-  }
-}
-
-/** Moves V8's logs of the run's processes into the run's folder (read there once each
- * process's profile is named; removed with it), before the leftovers are cleaned up. */
-function keepV8Logs(runDir: string, markers: readonly ProcessMarker[], launchedFrom: string): void {
-  for (const m of markers) {
-    if (!existsSync(join(runDir, `v8log.${m.pid}.json`))) continue;
-    let n = 0;
-    for (const dir of new Set([m.cwd, launchedFrom].filter((d) => d !== ''))) {
-      for (const f of v8LogsIn(dir, m.pid)) {
-        const to = join(runDir, `v8log.${m.pid}.${n++}.log`);
-        try {
-          renameSync(f, to);
-          chmodSync(to, 0o600);
-        } catch {
-          try {
-            copyFileSync(f, to); // another file system
-            chmodSync(to, 0o600);
-            rmSync(f, { force: true });
-          } catch {
-            // unreadable: its inlined functions show as their callers
-          }
-        }
-      }
-    }
-  }
-}
-
-/** Names one process's raw profile, records who it was, and writes it. */
 /** `out` with .<pid>.<n> before its extension, as gzipped proto: one profile of a series. */
 export function seriesPath(out: string, pid: number, n: number): string {
   return `${out.replace(/\.(pb\.gz|pb|pprof|heap|txt)$/i, '')}.${pid}.${n}.pb.gz`;
-}
-
-/**
- * The periodic profiles of --every: the library writes raw ones into the run's folder; they
- * are named (ELF symbols, V8's perf map as it is then) and written beside `out` as they come.
- * V8 writes its perf map through a buffer, so code compiled shortly before a profile may not
- * be in it yet: stop(), once the program has ended and its map is complete, names every one
- * again, overwrites it, and lists them.
- */
-function startSeries(opts: RunOptions, runDir: string, copies: CodeCopies): { stop(): { pid: number; n: number; file: string }[] } {
-  const written = new Map<string, { pid: number; n: number; file: string }>();
-  const sweep = (final: boolean) => {
-    let names: string[];
-    try {
-      names = readdirSync(runDir);
-    } catch {
-      return;
-    }
-    const raws = names
-      .flatMap((f) => {
-        const m = /^every\.(\d+)\.(\d+)\.pb$/.exec(f);
-        return m ? [{ f, pid: Number(m[1]), n: Number(m[2]) }] : [];
-      })
-      .sort((a, b) => a.pid - b.pid || a.n - b.n);
-    // V8's code log (inlined functions) once the program has ended and its logs are whole
-    const logs = new Map<number, ReturnType<typeof v8LogOptions>>();
-    const logOf = (pid: number) => {
-      if (!final) return {};
-      if (!logs.has(pid)) {
-        let cwd = '';
-        try {
-          cwd = readMarkers(runDir).find((m) => m.pid === pid)?.cwd ?? '';
-        } catch {
-          cwd = '';
-        }
-        logs.set(pid, v8LogOptions(runDir, pid, [cwd, process.cwd()].filter((d) => d !== '')));
-      }
-      return logs.get(pid)!;
-    };
-    for (const { f, pid, n } of raws) {
-      const path = join(runDir, f);
-      if (!final && written.has(f)) continue;
-      try {
-        const perfMap = perfMapOf(pid);
-        const { profile } = symbolize(ProfileCodec.decode(readFileSync(path)), {
-          pid,
-          perfMapPath: existsSync(perfMap) ? perfMap : undefined,
-          trimFile: isPreloadLibrary,
-          codeCopies: copies.of(pid, final),
-          ...logOf(pid),
-        });
-        profile.comment.push(profile.stringTable.dedup(`mimalloc-pprof ${packageVersion()} run --every: profile ${n} of pid=${pid}`));
-        const file = resolve(seriesPath(opts.out, pid, n));
-        writeFileAtomic(file, encodeProfile(profile));
-        written.set(f, { pid, n, file });
-      } catch (e) {
-        debug('series %s: %s', f, e instanceof Error ? e.message : String(e));
-      }
-      if (final) rmSync(path, { force: true });
-    }
-  };
-  const timer = setInterval(() => sweep(false), Math.max(250, Math.min(2000, (opts.every ?? 1000) / 2)));
-  timer.unref();
-  return {
-    stop() {
-      clearInterval(timer);
-      sweep(true);
-      return [...written.values()].sort((a, b) => a.pid - b.pid || a.n - b.n);
-    },
-  };
-}
-
-function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport, copies: CodeCopies, startedUnixMs?: number): void {
-  const started = performance.now();
-  // --peak: the in-use figures of the high-water mark (the library wrote both at exit)
-  const peakFile = join(runDir, `peak.${p.pid}.pb`);
-  const atPeak = opts.peak === true && existsSync(peakFile);
-  const raw = ProfileCodec.decode(readFileSync(atPeak ? peakFile : join(runDir, `raw.${p.pid}.pb`)));
-  const perfMap = perfMapOf(p.pid);
-  const cut = join(runDir, `perfmap.${p.pid}.json`); // the map's size at the dump (Node's exit hook)
-  const perfMapBytes = existsSync(cut) ? (JSON.parse(readFileSync(cut, 'utf8')) as { bytes: number }).bytes : undefined;
-  const { profile } = symbolize(raw, {
-    pid: p.pid,
-    perfMapPath: existsSync(perfMap) ? perfMap : undefined,
-    ...(perfMapBytes !== undefined ? { perfMapBytes } : {}),
-    trimFile: isPreloadLibrary,
-    codeCopies: copies.of(p.pid, true),
-    ...v8LogOptions(runDir, p.pid, []),
-  });
-  const comment = (text: string) => profile.comment.push(profile.stringTable.dedup(text));
-  // the peak's figures say so, with their standard error and when (src/profile/peak.ts)
-  if (atPeak) {
-    const peak = annotatePeak(profile, humanBytes, startedUnixMs);
-    if (peak) p.peak = peak;
-  }
-  const jsHeapFile = join(runDir, `jsheap.${p.pid}.json`);
-  // the JavaScript heap and the resident set were measured at exit, not at the peak
-  if (opts.jsHeap && !atPeak && existsSync(jsHeapFile)) {
-    const { interval, profile: js } = JSON.parse(readFileSync(jsHeapFile, 'utf8')) as { interval: number; profile: V8SamplingHeapProfile };
-    const merged = mergeJsHeap(profile, js, interval);
-    comment(`heap=js: V8's sampling heap profiler at interval=${interval}: ${Math.round(merged.bytes)} bytes of JavaScript objects in use (${merged.samples} samples)`);
-  }
-  const rssFile = join(runDir, `rss.${p.pid}.json`);
-  if (!atPeak && existsSync(rssFile)) {
-    const rss = JSON.parse(readFileSync(rssFile, 'utf8')) as RssBreakdown;
-    comment(formatRssComment(rss));
-    p.rss = rss;
-  }
-  comment(`mimalloc-pprof ${packageVersion()} run: interval=${opts.interval ?? 524288} seed=${opts.seed ?? 'none'} pid=${p.pid}`);
-  if (p.ppid) comment(`ppid=${p.ppid}`);
-  if (p.argv.length > 0 && opts.cmdline !== false) comment(`command: ${p.argv.join(' ')}`);
-  const out = p.main ? opts.out : withPid(opts.out, p.pid);
-  // heap_v2 text has native addresses only: JavaScript-heap samples would be `0x0` rows
-  writeFileAtomic(out, opts.format === 'proto' ? encodeProfile(profile) : encodeHeapText(withoutJsHeap(profile).profile, out));
-  rmSync(perfMap, { force: true });
-  debug('postprocess pid=%d samples=%d ms=%s', p.pid, profile.sample.length, (performance.now() - started).toFixed(1));
-  p.file = resolve(out);
-  p.profile = profile;
-  const inuse = findSampleType(profile, 'inuse_space');
-  p.inuseBytes = inuse >= 0 ? totalValue(profile, inuse) : 0;
-  const peak = recordedNumber(profile, 'peak_rss');
-  if (peak !== undefined && peak > 0) p.peakRssBytes = peak;
 }
 
 /**
@@ -528,12 +351,15 @@ function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport, copie
  */
 export async function runProgram(opts: RunOptions): Promise<RunResult> {
   if (opts.profile) checkOut(opts.out);
-  const [cmd, ...args] = opts.command as [string, ...string[]];
+  const followed = opts.profile ? followLauncher(opts.command, process.cwd()) : undefined;
+  const [cmd, ...args] = (followed?.command ?? opts.command) as [string, ...string[]];
   const runDir = mkdtempSync(join(tmpdir(), 'mimalloc-pprof-run-'));
   startWatchdog(runDir);
   try {
     const found = which(cmd, process.env);
     const env = programEnv(opts, runDir, found !== undefined && isNodeProgram(found));
+    // as npx would: the package binaries on PATH for what the program starts
+    if (followed) env.PATH = [followed.binDir, env.PATH].filter(Boolean).join(':');
     const file = which(cmd, env);
     if (file === undefined) return { kind: 'not-started', status: 127, message: `${cmd}: command not found` };
     try {
@@ -546,22 +372,27 @@ export async function runProgram(opts: RunOptions): Promise<RunResult> {
     const launched = deno ?? file;
     const launchArgs = deno ? denoArgs(args, runDir, unsplittable(libraryPath(), runDir), env) : args;
 
-    const copies = watchCodeCopies(runDir, opts.profile);
-    const series = opts.profile && opts.every !== undefined ? startSeries(opts, runDir, copies) : undefined;
     const startedUnixMs = Date.now();
-    const { pid: mainPid, ended } = await launch(launched, launchArgs, deno ? 'deno' : cmd, env);
+    debug('spawn at %s ms after run started', performance.now().toFixed(0));
+    // spawned before the first await; the naming code loads while the program runs
+    const running = launch(launched, launchArgs, deno ? 'deno' : cmd, env);
+    const post = await import('./post.js');
+    const copies = post.watchCodeCopies(runDir, opts.profile);
+    const series = opts.profile && opts.every !== undefined ? post.startSeries(opts, runDir, copies) : undefined;
+    const { pid: mainPid, ended } = await running;
     copies.stop();
     const written = series?.stop() ?? [];
     if (ended instanceof Error) {
       const code = (ended as NodeJS.ErrnoException).code;
       return { kind: 'not-started', status: code === 'ENOENT' ? 127 : 126, message: `${cmd}: ${ended.message}` };
     }
+    debug('program ended at %s ms', performance.now().toFixed(0));
     const { code, signal } = ended;
     const status = code ?? 128 + (osConstants.signals[signal ?? 'SIGTERM'] ?? 15);
 
     const markers = readMarkers(runDir);
     if (opts.profile) {
-      keepV8Logs(runDir, markers, process.cwd());
+      post.keepV8Logs(runDir, markers, process.cwd());
       removeV8Leftovers(runDir, markers, process.cwd());
     }
     if (!markers.some((m) => m.pid === mainPid)) {
@@ -591,9 +422,61 @@ export async function runProgram(opts: RunOptions): Promise<RunResult> {
       startedUnixMs,
       ...(obstacle ? { warning: obstacle } : {}),
       ...(series ? { series: written } : {}),
+      ...(followed ? { followed: { from: opts.command.slice(0, opts.command.length - followed.command.length + 1).join(' '), to: followed.command[0]! } } : {}),
     };
     if (!opts.profile) return result;
-    for (const p of processes) if (raws.has(p.pid)) finishProfile(opts, runDir, p, copies, startedUnixMs);
+    // Naming takes a while for a big program: a line says so after a second, and a SIGINT or
+    // SIGTERM then keeps the raw profiles not yet named beside `out` rather than losing them.
+    let interrupted: NodeJS.Signals | undefined;
+    const onSignal = (sig: NodeJS.Signals) => {
+      interrupted ??= sig;
+    };
+    const listening = (['SIGINT', 'SIGTERM'] as const).map((sig) => [sig, () => onSignal(sig)] as const);
+    for (const [sig, f] of listening) process.on(sig, f);
+    const namingFrom = performance.now();
+    let said = false;
+    const naming = raws.size;
+    const step = async () => {
+      await new Promise<void>((r) => setImmediate(r));
+      if (interrupted) throw new Interrupted();
+      if (!said && performance.now() - namingFrom > 1000) {
+        said = true;
+        process.stderr.write(`mimalloc-pprof: naming the profile${naming === 1 ? '' : `s of ${naming} processes`}… (Ctrl-C keeps the raw profile${naming === 1 ? '' : 's'} instead)\n`);
+      }
+    };
+    const done = new Set<number>();
+    try {
+      // MIMALLOC_PPROF_TEST_NAMING_DELAY_MS: the tests' window for a signal during naming
+      const delay = Number(process.env.MIMALLOC_PPROF_TEST_NAMING_DELAY_MS) || 0;
+      for (let waited = 0; waited < delay; waited += 50) {
+        await new Promise((r) => setTimeout(r, 50));
+        await step();
+      }
+      for (const p of processes) {
+        if (!raws.has(p.pid)) continue;
+        await step();
+        await post.finishProfile(opts, runDir, p, copies, startedUnixMs, step);
+        done.add(p.pid);
+      }
+    } catch (e) {
+      if (!(e instanceof Interrupted) || interrupted === undefined) throw e;
+      const kept: { pid: number; file: string }[] = [];
+      for (const pid of [...raws].filter((pid) => !done.has(pid)).sort((a, b) => (a === mainPid ? -1 : b === mainPid ? 1 : a - b))) {
+        const file = resolve(rawPath(opts.out, pid));
+        try {
+          copyFileSync(join(runDir, `raw.${pid}.pb`), file);
+          chmodSync(file, 0o600);
+          kept.push({ pid, file });
+        } catch {
+          // not writable now: lost, and said so by its absence
+        }
+      }
+      result.interrupted = { signal: interrupted, raw: kept };
+      result.status = 128 + (osConstants.signals[interrupted] ?? 15);
+      return result;
+    } finally {
+      for (const [sig, f] of listening) process.removeListener(sig, f);
+    }
     if (!raws.has(mainPid)) result.noProfile = whyNoProfile(cmd, code, signal);
     return result;
   } finally {

@@ -16,8 +16,10 @@
  * The WASM engine returns the input minus its leading `_` when nothing matched (a Mach-O
  * convention): that result is treated as a failure, so `_start` stays `_start`.
  */
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { homedir } from 'node:os';
+import { dirname, join } from 'node:path';
 
 // ---------------------------------------------------------------------------------------------
 // Entry point
@@ -33,6 +35,72 @@ export function demangle(name: string): string {
   if (typeof name !== 'string' || name.length < 3 || name.length > MAX_INPUT || name.charCodeAt(0) !== 0x5f /* _ */) return name;
   const c = name[1];
   if (c !== 'Z' && c !== 'R') return name;
+  const memo = demangled();
+  const known = memo.get(name);
+  if (known !== undefined) return known;
+  const out = demangleUncached(name, c);
+  memo.set(name, out);
+  fresh++;
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Names demangled before: `run` names the same few thousand of node's functions every time,
+// and their demangling (the WebAssembly engine's start included) is most of its naming of a
+// small program. Kept beside the symbol cache (MIMALLOC_PPROF_CACHE_DIR, else
+// $XDG_CACHE_HOME/mimalloc-pprof, else ~/.cache/mimalloc-pprof; 'off': none) by
+// saveDemangled(), which run calls once it has named its profiles.
+
+/** Entries kept on disk at most (the file is started afresh beyond it). */
+const DEMANGLED_MAX = 50_000;
+let memo: Map<string, string> | undefined;
+let fresh = 0;
+let persistent = false;
+
+/** Reads and keeps the names on disk from now on (run's process; elsewhere in memory only). */
+export function persistDemangled(): void {
+  persistent = true;
+}
+
+function demangledFile(): string | undefined {
+  const env = process.env.MIMALLOC_PPROF_CACHE_DIR;
+  if (env === 'off') return undefined;
+  const base = env || (process.env.XDG_CACHE_HOME ? join(process.env.XDG_CACHE_HOME, 'mimalloc-pprof') : homedir() ? join(homedir(), '.cache', 'mimalloc-pprof') : '');
+  return base ? join(base, 'demangled.json') : undefined;
+}
+
+function demangled(): Map<string, string> {
+  if (memo) return memo;
+  memo = new Map();
+  const file = persistent ? demangledFile() : undefined;
+  if (file) {
+    try {
+      const entries = JSON.parse(readFileSync(file, 'utf8')) as unknown;
+      if (Array.isArray(entries)) for (const e of entries) if (Array.isArray(e) && typeof e[0] === 'string' && typeof e[1] === 'string') memo.set(e[0], e[1]);
+    } catch {
+      // none yet, or damaged: demangled afresh
+    }
+  }
+  return memo;
+}
+
+/** Writes the names demangled in this process beside those read (when there are new ones). */
+export function saveDemangled(): void {
+  const file = persistent ? demangledFile() : undefined;
+  if (!file || !memo || fresh === 0) return;
+  try {
+    const entries = [...memo].slice(-DEMANGLED_MAX);
+    mkdirSync(dirname(file), { recursive: true, mode: 0o700 });
+    const tmp = `${file}.${process.pid}.tmp`;
+    writeFileSync(tmp, JSON.stringify(entries), { mode: 0o600 });
+    renameSync(tmp, file);
+    fresh = 0;
+  } catch {
+    // demangled again next time
+  }
+}
+
+function demangleUncached(name: string, c: string): string {
   // strip a symbol version (nm prints `name@@VERSION`) and put it back afterwards
   const at = name.indexOf('@');
   const base = at > 0 ? name.slice(0, at) : name;

@@ -16,7 +16,10 @@
  *   value that is not is a format error.
  * - Symbol names are returned as stored (mangled); see `demangle.ts`.
  */
-import { closeSync, fstatSync, openSync, readSync, statSync, type BigIntStats } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { closeSync, fstatSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, renameSync, rmSync, statSync, writeFileSync, type BigIntStats } from 'node:fs';
+import { homedir } from 'node:os';
+import { dirname, join } from 'node:path';
 
 // ---------------------------------------------------------------------------------------------
 // Public types
@@ -310,16 +313,18 @@ function parse(path: string, fd: number, stat: BigIntStats): ElfFile {
 
 class Symbolizer implements ElfSymbolizer {
   readonly count: number;
+  /** The section index of each string table, in the order of `tabs`'s numbers. */
+  tabSections: number[] = [];
   private readonly names: (string | undefined)[];
   /** Largest end among entries 0..i: the backward scan stops once it is ≤ the address. */
   private readonly maxEnd: Float64Array;
 
   constructor(
-    private readonly starts: Float64Array,
-    private readonly ends: Float64Array,
-    private readonly sized: Uint8Array,
-    private readonly tabs: Uint8Array,
-    private readonly nameOffs: Uint32Array,
+    readonly starts: Float64Array,
+    readonly ends: Float64Array,
+    readonly sized: Uint8Array,
+    readonly tabs: Uint8Array,
+    readonly nameOffs: Uint32Array,
     private readonly strtabs: Buffer[],
   ) {
     this.count = starts.length;
@@ -377,6 +382,7 @@ class Symbolizer implements ElfSymbolizer {
 
 function readSymbols(r: Reader, sections: Section[]): Symbolizer {
   const strtabs: Buffer[] = [];
+  const tabSections: number[] = [];
   // Candidates in parallel arrays (node's tables hold ~10^5 functions: no object per
   // symbol, no BigInt), then one index sort.
   const cStart: number[] = [];
@@ -395,6 +401,7 @@ function readSymbols(r: Reader, sections: Section[]): Symbolizer {
     if (!strSec || s.link === 0) r.fail(`symbol table links to missing string table ${s.link}`);
     const strtab = r.read(strSec.offset, strSec.size, 'symbol string table');
     const tab = strtabs.push(strtab) - 1;
+    tabSections.push(s.link);
     const data = r.read(s.offset, s.size, 'symbol table');
     const fromSymtab = s.type === SHT_SYMTAB ? 1 : 0;
     for (let at = 0; at < data.length; at += SYM_SIZE) {
@@ -454,7 +461,98 @@ function readSymbols(r: Reader, sections: Section[]): Symbolizer {
       ends[k] = Number.isFinite(end) ? end : start + 1;
     }
   }
-  return new Symbolizer(starts, ends, sized, tabs, nameOffs, strtabs);
+  const symbolizer = new Symbolizer(starts, ends, sized, tabs, nameOffs, strtabs);
+  symbolizer.tabSections = tabSections;
+  return symbolizer;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The symbol tables on disk: node's ~10^5 functions take half a second to read and sort, each
+// run; the sorted arrays of a file (by path, device, inode, size, mtime and build ID) are kept
+// in the user's cache folder and read back in milliseconds. The names stay in the ELF file.
+
+const CACHE_MAGIC = 'mimalloc-pprof symbols 1\n';
+/** Files kept in the folder; the least recently written beyond it are removed. */
+const CACHE_FILES = 64;
+
+/** The folder of the symbol cache: MIMALLOC_PPROF_CACHE_DIR ('off': none), else
+ * $XDG_CACHE_HOME/mimalloc-pprof, else ~/.cache/mimalloc-pprof. */
+function symbolCacheDir(): string | undefined {
+  const env = process.env.MIMALLOC_PPROF_CACHE_DIR;
+  if (env === 'off') return undefined;
+  if (env) return join(env, 'symbols');
+  const base = process.env.XDG_CACHE_HOME || (homedir() ? join(homedir(), '.cache') : '');
+  return base ? join(base, 'mimalloc-pprof', 'symbols') : undefined;
+}
+
+function symbolCacheFile(path: string, stat: BigIntStats, buildId: string): string | undefined {
+  const dir = symbolCacheDir();
+  if (!dir) return undefined;
+  const key = `${path}\0${stat.dev}\0${stat.ino}\0${stat.size}\0${stat.mtimeNs}\0${buildId}`;
+  return join(dir, `${createHash('sha256').update(key).digest('hex').slice(0, 32)}.bin`);
+}
+
+function loadCachedSymbols(file: string, r: Reader, sections: Section[]): Symbolizer | undefined {
+  let data: Buffer;
+  try {
+    data = readFileSync(file);
+  } catch {
+    return undefined;
+  }
+  try {
+    if (data.toString('latin1', 0, CACHE_MAGIC.length) !== CACHE_MAGIC) return undefined;
+    let at = CACHE_MAGIC.length;
+    const headerLength = data.readUInt32LE(at);
+    at += 4;
+    const { n, tabSections } = JSON.parse(data.toString('utf8', at, at + headerLength)) as { n: number; tabSections: number[] };
+    at = Math.ceil((at + headerLength) / 8) * 8;
+    if (!Number.isInteger(n) || n < 0 || data.length !== at + n * 22) return undefined;
+    const copy = <T>(make: (b: ArrayBuffer) => T, bytes: number): T => {
+      const b = new ArrayBuffer(bytes);
+      new Uint8Array(b).set(data.subarray(at, at + bytes));
+      at += bytes;
+      return make(b);
+    };
+    const starts = copy((b) => new Float64Array(b), n * 8);
+    const ends = copy((b) => new Float64Array(b), n * 8);
+    const nameOffs = copy((b) => new Uint32Array(b), n * 4);
+    const sized = copy((b) => new Uint8Array(b), n);
+    const tabs = copy((b) => new Uint8Array(b), n);
+    const strtabs = tabSections.map((i) => {
+      const sec = sections[i];
+      if (!sec) throw new Error('no such section');
+      return r.read(sec.offset, sec.size, 'symbol string table');
+    });
+    for (let k = 0; k < n; k++) if (tabs[k]! >= strtabs.length || nameOffs[k]! >= strtabs[tabs[k]!]!.length) return undefined;
+    const symbolizer = new Symbolizer(starts, ends, sized, tabs, nameOffs, strtabs);
+    symbolizer.tabSections = tabSections;
+    return symbolizer;
+  } catch {
+    return undefined;
+  }
+}
+
+function storeCachedSymbols(file: string, s: Symbolizer): void {
+  try {
+    const dir = dirname(file);
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    const header = Buffer.from(JSON.stringify({ n: s.count, tabSections: s.tabSections }), 'utf8');
+    const head = Buffer.alloc(Math.ceil((CACHE_MAGIC.length + 4 + header.length) / 8) * 8);
+    head.write(CACHE_MAGIC, 0, 'latin1');
+    head.writeUInt32LE(header.length, CACHE_MAGIC.length);
+    header.copy(head, CACHE_MAGIC.length + 4);
+    const bytes = (a: ArrayBufferView) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
+    const tmp = `${file}.${process.pid}.tmp`;
+    writeFileSync(tmp, Buffer.concat([head, bytes(s.starts), bytes(s.ends), bytes(s.nameOffs), bytes(s.sized), bytes(s.tabs)]), { mode: 0o600 });
+    renameSync(tmp, file);
+    const kept = readdirSync(dir).filter((f) => f.endsWith('.bin') || f.endsWith('.names.json'));
+    if (kept.length > 2 * CACHE_FILES) {
+      const byAge = kept.map((f) => ({ f, t: statSync(join(dir, f)).mtimeMs })).sort((a, b) => a.t - b.t);
+      for (const { f } of byAge.slice(0, kept.length - 2 * CACHE_FILES)) rmSync(join(dir, f), { force: true });
+    }
+  } catch {
+    // no cache: the next run reads the table again
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -500,8 +598,34 @@ class ParsedElf implements ElfFile {
     }
   }
 
+  private byName: Record<string, { value: number; size: number } | null> | undefined;
+
+  /** One symbol by its name: a scan of the whole table, so its answers are kept beside the
+   * symbol cache (V8's builtins are looked up by name in every run). */
   symbolByName(name: string): { value: number; size: number } | undefined {
-    return this.withFile((r) => findSymbol(r, this.sections, name));
+    const cached = symbolCacheFile(this.path, this.stat, this.buildId)?.replace(/\.bin$/, '.names.json');
+    if (this.byName === undefined) {
+      try {
+        this.byName = cached ? (JSON.parse(readFileSync(cached, 'utf8')) as Record<string, { value: number; size: number } | null>) : {};
+      } catch {
+        this.byName = {};
+      }
+    }
+    const known = this.byName[name];
+    if (known !== undefined) return known ?? undefined;
+    const found = this.withFile((r) => findSymbol(r, this.sections, name));
+    this.byName[name] = found ?? null;
+    if (cached) {
+      try {
+        mkdirSync(dirname(cached), { recursive: true, mode: 0o700 });
+        const tmp = `${cached}.${process.pid}.tmp`;
+        writeFileSync(tmp, JSON.stringify(this.byName), { mode: 0o600 });
+        renameSync(tmp, cached);
+      } catch {
+        // looked up again next time
+      }
+    }
+    return found;
   }
 
   readAtVaddr(vaddr: number, length: number): Buffer | undefined {
@@ -517,7 +641,12 @@ class ParsedElf implements ElfFile {
       if (stat.size !== this.stat.size || stat.mtimeNs !== this.stat.mtimeNs || stat.ino !== this.stat.ino) {
         throw new ElfError('io', this.path, 'file changed since its headers were read');
       }
-      this.symbols = readSymbols(new Reader(this.path, fd, Number(stat.size)), this.sections);
+      const r = new Reader(this.path, fd, Number(stat.size));
+      const cached = symbolCacheFile(this.path, stat, this.buildId);
+      const loaded = cached ? loadCachedSymbols(cached, r, this.sections) : undefined;
+      this.symbols = loaded ?? readSymbols(r, this.sections);
+      // tables worth keeping: reading a small one is as quick as reading its cache
+      if (cached && !loaded && this.symbols.count >= 2048) storeCachedSymbols(cached, this.symbols);
       return this.symbols;
     } finally {
       closeSync(fd);
