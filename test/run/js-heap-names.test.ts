@@ -40,6 +40,11 @@ function examine(path: string): Found {
   const loc = new Map(profile.location.map((l) => [Number(l.id), l]));
   const heapKey = profile.stringTable.strings.indexOf('heap');
   const found: Found = { holdBoth: [], jsRoots: new Set(), jsUnplaced: new Set(), own: new Set() };
+  // A frame without a file is the program's function whose script V8 dropped only where the
+  // profile names that function with a file elsewhere (the native stacks do); V8's builtins
+  // (Array.prototype.push growing `kept`, sampled now and then) have no script at all.
+  const placedNames = new Set(profile.function.filter((f) => str(f.filename) !== '').map((f) => str(f.name)));
+  placedNames.add('(anonymous)');
   for (const s of profile.sample) {
     const heap = str(s.label.find((l) => Number(l.key) === heapKey)?.str ?? 0);
     const frames = s.locationId.flatMap((id) => loc.get(Number(id))?.line.map((l) => fn.get(Number(l.functionId))!) ?? []);
@@ -56,7 +61,7 @@ function examine(path: string): Found {
     const outer = frames[frames.length - 1]!;
     found.jsRoots.add(`${str(outer.name)} ${str(outer.filename)}:${Number(outer.startLine)}`);
     for (const f of frames) {
-      if (str(f.filename) === '') found.jsUnplaced.add(str(f.name));
+      if (str(f.filename) === '' && placedNames.has(str(f.name))) found.jsUnplaced.add(str(f.name));
       if (/\/dist\/src\//.test(str(f.filename)) || ['fullGc', 'createContext', 'runInNewContext'].includes(str(f.name))) found.own.add(str(f.name));
     }
   }
