@@ -24,6 +24,8 @@ import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, st
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+import { debianMirror } from './debian-apt.mjs';
+
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 export const crossDir = join(root, 'build', 'cross');
 export const arm64Build = join(root, 'build', 'linux-arm64');
@@ -61,21 +63,7 @@ function aptOptions(apt) {
 
 /** The system's Debian mirror and suite, so that the cross compiler matches the host's libraries. */
 function debianSource() {
-  const files = ['/etc/apt/sources.list', ...(existsSync('/etc/apt/sources.list.d') ? readdirSync('/etc/apt/sources.list.d').map((f) => join('/etc/apt/sources.list.d', f)) : [])];
-  let mirror = 'http://deb.debian.org/debian';
-  for (const f of files) {
-    let text = '';
-    try {
-      text = readFileSync(f, 'utf8');
-    } catch {
-      continue;
-    }
-    const m = /^(?:URIs:\s*|deb\s+(?:\[[^\]]*\]\s*)?)(\S+\/debian)\/?\s/m.exec(text);
-    if (m) {
-      mirror = m[1];
-      break;
-    }
-  }
+  const mirror = debianMirror();
   let suite = 'bookworm';
   try {
     suite = /^VERSION_CODENAME=(\S+)$/m.exec(readFileSync('/etc/os-release', 'utf8'))?.[1] ?? suite;

@@ -13,6 +13,8 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, 
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+import { debianMirror } from './debian-apt.mjs';
+
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 export const mi3Dir = join(root, 'build', 'mimalloc3');
 export const mi3Build = join(root, 'build', 'mi3');
@@ -29,22 +31,6 @@ function aptOptions(apt) {
     `-o`, `Dir::State::status=/var/lib/dpkg/status`,
     `-o`, `APT::Sandbox::User=root`,
   ];
-}
-
-/** The Debian mirror the system's own apt uses, so the private list reaches the same registry. */
-function debianMirror() {
-  const files = ['/etc/apt/sources.list', ...(existsSync('/etc/apt/sources.list.d') ? readdirSync('/etc/apt/sources.list.d').map((f) => join('/etc/apt/sources.list.d', f)) : [])];
-  for (const f of files) {
-    let text = '';
-    try {
-      text = readFileSync(f, 'utf8');
-    } catch {
-      continue;
-    }
-    const m = /^(?:URIs:\s*|deb\s+(?:\[[^\]]*\]\s*)?)(\S+\/debian)\/?\s/m.exec(text);
-    if (m) return m[1];
-  }
-  return 'http://deb.debian.org/debian';
 }
 
 function fetchDebs() {

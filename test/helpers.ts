@@ -1,6 +1,6 @@
 /** Shared test support: building C fixtures, running under the preload, reading profiles
  * with the real google/pprof (`go tool pprof`). */
-import { spawnSync, type SpawnSyncReturns } from 'node:child_process';
+import { spawn, spawnSync, type SpawnSyncReturns } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -292,4 +292,15 @@ export function symbolizeWithNm(profile: RawProfile, binary: string): string[][]
       .map((a) => a - mapping.start + mapping.offset)
       .map((v) => syms.find((f) => v >= f.lo && v < f.hi)?.name ?? '?'),
   );
+}
+
+/** Starts `run` (the CLI at `cli`) on a program that prints "ready", and SIGTERMs `run` then: its exit code and stderr. */
+export async function terminateRunWhenReady(cli: string, out: string, command: string[]): Promise<{ code: number | null; stderr: string }> {
+  const child = spawn(process.execPath, [cli, 'run', '--interval', '64k', '--out', out, '--', ...command], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (d) => (stderr += d));
+  await new Promise<void>((ready) => child.stdout.on('data', (d) => String(d).includes('ready') && ready()));
+  child.kill('SIGTERM');
+  const code = await new Promise<number | null>((done) => child.on('exit', (c) => done(c)));
+  return { code, stderr };
 }

@@ -10,12 +10,12 @@
  * Each has a positive control that the same check rejects.
  */
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 
-import { root, tempDir } from '../helpers.js';
+import { root, tempDir, terminateRunWhenReady } from '../helpers.js';
 import { execWrapper } from '../mimalloc.js';
 import { decode, type DecodedSample } from '../run/decode.js';
 
@@ -96,15 +96,7 @@ describe('libuv pool threads on arm64 Node 24', () => {
 });
 
 describe('signals on arm64 Node 24', () => {
-  async function terminateWhenReady(out: string, script: string): Promise<{ code: number | null; stderr: string }> {
-    const child = spawn(process.execPath, [cli, 'run', '--interval', '64k', '--out', out, '--', ...node, '-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stderr = '';
-    child.stderr.on('data', (d) => (stderr += d));
-    await new Promise<void>((ready) => child.stdout.on('data', (d) => String(d).includes('ready') && ready()));
-    child.kill('SIGTERM');
-    const code = await new Promise<number | null>((done) => child.on('exit', (c) => done(c)));
-    return { code, stderr };
-  }
+  const terminateWhenReady = (out: string, script: string) => terminateRunWhenReady(cli, out, [...node, '-e', script]);
 
   test('SIGTERM to a busy arm64 Node under run: 143, and its profile holds the 8 MiB buffer', async () => {
     const out = join(tempDir('mpp-arm64-'), 'term.pb.gz');

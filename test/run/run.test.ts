@@ -3,12 +3,12 @@
  * with the JavaScript functions that hold native memory named inside the native stacks.
  */
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { chmodSync, existsSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 
-import { pprofRaw, root, run, tempDir, weight } from '../helpers.js';
+import { pprofRaw, root, run, tempDir, terminateRunWhenReady, weight } from '../helpers.js';
 import { decode } from './decode.js';
 
 const cli = join(root, 'dist', 'src', 'cli', 'bin.js');
@@ -223,18 +223,7 @@ describe('run on other kinds of programs', () => {
     assert.deepEqual(readdirSync(dir).filter((f) => f.includes('.tmp')), []);
   });
 
-  /** Starts `run` on a program that prints "ready" and then waits; SIGTERMs `run` then. */
-  async function terminateWhenReady(out: string, command: string[]): Promise<{ code: number | null; stderr: string }> {
-    const child = spawn(process.execPath, [cli, 'run', '--interval', '64k', '--out', out, '--', ...command], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stderr = '';
-    child.stderr.on('data', (d) => (stderr += d));
-    await new Promise<void>((ready) => child.stdout.on('data', (d) => String(d).includes('ready') && ready()));
-    child.kill('SIGTERM');
-    const code = await new Promise<number | null>((done) => child.on('exit', (c) => done(c)));
-    return { code, stderr };
-  }
+  const terminateWhenReady = (out: string, command: string[]) => terminateRunWhenReady(cli, out, command);
 
   test('SIGTERM is forwarded, the program ends by it, and a profile is still written', async () => {
     const out = join(tempDir(), 'term.pb.gz');
