@@ -108,11 +108,13 @@ test('?seconds=N delta profiles keep the thread labels', async () => {
   assert.ok(full.sample.every((s) => s.label.some((l) => str(full, l.key) === 'thread')));
 });
 
-test('the profiler\'s own worker thread is left out of profiles by default; includeProfilerThreads shows it', async () => {
+test('the profiler\'s own worker thread is left out of profiles by default; includeProfilerThreads shows it', async (t) => {
   // The worker reads ELF symbol tables and encodes profiles: about 20 MiB in use. At the
   // default 512 KiB interval that many bytes are seen with a standard error of about
-  // sqrt(20 MiB × 512 KiB) ≈ 3.2 MiB, so shown it is far above 8 MiB, and left out it is 0
-  // (whatever was sampled before the exclusion took effect stays well under 4 MiB).
+  // sqrt(20 MiB × 512 KiB) ≈ 3.2 MiB, so shown it is far above 8 MiB. Left out, what remains is
+  // what the worker's start-up kept before its first line could exclude it (0-2.8 MiB on Node 20
+  // and 22, 4.2 MiB once under load): under half of what shown holds, which an exclusion that
+  // does not work (the same ~20 MiB, give or take 2 standard errors) does not get under.
   const churn = async (s: Service) => {
     for (let i = 0; i < 3; i++) {
       assert.equal((await s.get('/debug/pprof/heap?debug=1')).status, 200);
@@ -122,13 +124,15 @@ test('the profiler\'s own worker thread is left out of profiles by default; incl
   };
   const hidden = (await churn(svc)).get('worker_threads') ?? 0;
   const control = await startService({ SERVICE_SHOW_SELF: '1' });
+  let shown = 0;
   try {
-    const shown = (await churn(control)).get('worker_threads') ?? 0;
+    shown = (await churn(control)).get('worker_threads') ?? 0;
     assert.ok(shown > 8 * 1048576, `shown: ${shown} bytes on the worker thread`);
   } finally {
     await control.stop();
   }
-  assert.ok(hidden < 4 * 1048576, `left out, yet ${hidden} bytes on the worker thread`);
+  t.diagnostic(`the profiler's worker: ${hidden} bytes left out, ${shown} shown`);
+  assert.ok(hidden < shown / 2, `left out, yet ${hidden} bytes on the worker thread (${shown} when shown)`);
 });
 
 /** A fake request from `peer` (the handler reads only these fields before deciding). */
