@@ -102,7 +102,9 @@ test('control: V8 frames merged as they come (MIMALLOC_PPROF_TEST_JS_HEAP_RAW=1)
     // V8 12.4 on (Node 22, 24, 26) keeps a dead CommonJS module's script: its sampler's frames
     // come with url and line, and merged as they come they already pass (the naming from the
     // native stacks, and this control, matter on Node 20, which the suite runs first)
-    assert.deepEqual(p, [], `Node ${process.versions.node}: V8's heap sampler dropped the script of a dead module`);
+    // (raw also keeps the exit hook's own subtree when a sample lands in it: not a naming matter)
+    const naming = p.filter((x) => /holdBoth is|without a file|root is \(anonymous\)/.test(x));
+    assert.deepEqual(naming, [], `Node ${process.versions.node}: V8's heap sampler dropped the script of a dead module`);
     return;
   }
   assert.ok(p.length > 0, 'the check let two names for one function through');
