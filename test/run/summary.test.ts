@@ -36,7 +36,9 @@ test('the exit summary says what the collection before the profile freed, and po
   const m = /the garbage collection before this profile freed (\S+) of native memory \(estimated\) and (\S+) of JavaScript heap: .*--no-gc .* --peak/.exec(r.stderr);
   assert.ok(m, r.stderr);
   const freed = mib(m[1]!);
-  assert.ok(freed >= 50 * MIB && freed < 56 * MIB, `${m[1]} freed (50 MiB of Buffers)`);
+  // the freed figure is the difference of two estimates of everything in use: the 50 blocks, less
+  // what the program allocated between the two (a few hundred KiB), printed to 3 digits
+  assert.ok(freed >= 49.5 * MIB && freed < 56 * MIB, `${m[1]} freed (50 MiB of Buffers)`);
 
   // control: --no-gc keeps them in the profile and says nothing of a collection
   const kept = mpp(['run', '--no-gc', '--interval', '64k', '--out', 'q.pb.gz', '--', process.execPath, 'scope.js'], dir);
