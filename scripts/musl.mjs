@@ -5,7 +5,7 @@
 // unpacked tree, and the kernel's headers (linux/, asm/, asm-generic/, which musl-dev does not
 // carry) are reached through links in build/musl/kernel-include.
 //
-// Running a musl program here: build/musl/root/lib/ld-musl-x86_64.so.1 is musl's dynamic
+// Running a musl program here: the dynamic linker extracted under build/musl/root (its lib folder)
 // linker (the libc.so itself); `ld-musl-x86_64.so.1 ./program` runs it, LD_PRELOAD included.
 //
 // Usage: node scripts/musl.mjs   (idempotent; prints the compiler wrapper's path)
