@@ -6,7 +6,7 @@
 // carry) are reached through links in build/musl/kernel-include.
 //
 // Running a musl program here: the dynamic linker extracted under build/musl/root (its lib folder)
-// linker (the libc.so itself); `ld-musl-x86_64.so.1 ./program` runs it, LD_PRELOAD included.
+// is musl's libc.so itself; `ld-musl-x86_64.so.1 ./program` runs a program, LD_PRELOAD included.
 //
 // Usage: node scripts/musl.mjs   (idempotent; prints the compiler wrapper's path)
 import { execFileSync } from 'node:child_process';
