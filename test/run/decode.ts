@@ -11,6 +11,9 @@ export interface DecodedSample {
   names: string[];
   files: string[];
   thread: string;
+  /** `native` (the preload's samples) or `js` (V8's sampling heap profiler) */
+  heap: string;
+  /** the sampled request's size */
   size: number;
 }
 
@@ -37,6 +40,7 @@ export function decode(path: string): Decoded {
       names: lines.map((l) => str(fn.get(Number(l.functionId))?.name ?? 0)),
       files: lines.map((l) => str(fn.get(Number(l.functionId))?.filename ?? 0)),
       thread: str(label('thread')?.str ?? 0),
+      heap: str(label('heap')?.str ?? 0),
       size: Number(label('bytes')?.num ?? 0),
     };
   });
