@@ -39,6 +39,9 @@ typedef struct api_s {
   bool (*dump_peak)(const char*);
   bool (*dump_peak_proto)(const char*);
   bool (*peak)(double*, uint64_t*, uint64_t*);
+  int (*js_anchor_arm)(void);
+  size_t (*js_anchors)(uint64_t*, size_t);
+  void (*js_anchor_counts)(uint64_t[3]);
 } api_t;
 
 static api_t api;
@@ -64,6 +67,9 @@ static void resolve(void) {
     api.dump_peak = (__typeof__(api.dump_peak))dlsym(RTLD_DEFAULT, "mi_prof_dump_peak");
     api.dump_peak_proto = (__typeof__(api.dump_peak_proto))dlsym(RTLD_DEFAULT, "mi_prof_dump_peak_proto");
     api.peak = (__typeof__(api.peak))dlsym(RTLD_DEFAULT, "mi_prof_peak");
+    api.js_anchor_arm = (__typeof__(api.js_anchor_arm))dlsym(RTLD_DEFAULT, "mi_prof_js_anchor_arm");
+    api.js_anchors = (__typeof__(api.js_anchors))dlsym(RTLD_DEFAULT, "mi_prof_js_anchors");
+    api.js_anchor_counts = (__typeof__(api.js_anchor_counts))dlsym(RTLD_DEFAULT, "mi_prof_js_anchor_counts");
   }
 }
 
@@ -406,6 +412,44 @@ static napi_value js_peak(napi_env env, napi_callback_info info) {
   return r;
 }
 
+/* jsAnchorArm() -> 1 armed, 0 not available, -1 failed (mi_prof_js_anchor_arm); 0 from a
+ * library without it */
+static napi_value js_anchor_arm(napi_env env, napi_callback_info info) {
+  (void)info;
+  if (!api_ok) return not_preloaded(env);
+  napi_value r;
+  CHECK(napi_create_int32(env, api.js_anchor_arm != NULL ? api.js_anchor_arm() : 0, &r));
+  return r;
+}
+
+/* jsAnchors() -> BigUint64Array of the entries (mi_prof_js_anchors) followed by [made, live,
+ * dropped], or null from a library without them */
+static napi_value js_anchors(napi_env env, napi_callback_info info) {
+  (void)info;
+  if (!api_ok) return not_preloaded(env);
+  napi_value r;
+  if (api.js_anchors == NULL || api.js_anchor_counts == NULL) {
+    CHECK(napi_get_null(env, &r));
+    return r;
+  }
+  size_t need = api.js_anchors(NULL, 0), words = 0;
+  for (int tries = 0; tries < 3; tries++) {
+    napi_value buffer;
+    void* data = NULL;
+    size_t cap = need + 3;
+    CHECK(napi_create_arraybuffer(env, cap * sizeof(uint64_t), &data, &buffer));
+    words = api.js_anchors((uint64_t*)data, need);
+    if (words <= need) { /* nothing was made meanwhile (the call allocates no Sample) */
+      api.js_anchor_counts((uint64_t*)data + words);
+      CHECK(napi_create_typedarray(env, napi_biguint64_array, words + 3, buffer, 0, &r));
+      return r;
+    }
+    need = words;
+  }
+  CHECK(napi_get_null(env, &r));
+  return r;
+}
+
 NAPI_MODULE_INIT() {
   resolve();
   probe_pool(env);
@@ -417,6 +461,7 @@ NAPI_MODULE_INIT() {
       {"reset", js_reset},         {"isRunning", js_is_running}, {"dump", js_dump},
       {"stats", js_stats},         {"memoryEvents", js_memory_events}, {"memorySnapshot", js_memory_snapshot},
       {"resident", js_resident},   {"excludeThread", js_exclude_thread}, {"peak", js_peak},
+      {"jsAnchorArm", js_anchor_arm}, {"jsAnchors", js_anchors},
   };
   for (size_t i = 0; i < sizeof(fns) / sizeof(*fns); i++) {
     napi_value f;

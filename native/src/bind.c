@@ -20,6 +20,9 @@
  *    again, as the dynamic linker left it); if mprotect fails the slot keeps its value;
  *  - callers hold mp_api_lock, or run in the load constructor: switches never overlap. Never
  *    from a signal handler (dl_iterate_phdr takes the loader's lock).
+ * mp_bind_object rewrites one name's slot in one object by the same rules: the anchors of V8's
+ * sampler (jsanchor.c) put a third equivalent entry point into the slots of operator new and
+ * sized delete of the object that holds SampleObject, which the switches then leave alone.
  * Objects loaded or lazily bound after a switch keep the exported targets until the next one:
  * slower by the dispatch jump, never wrong. MIMALLOC_PROF_DIRECT=0 turns the whole of it off. */
 #define _GNU_SOURCE
@@ -170,7 +173,92 @@ size_t mp_bind_direct(const mp_direct_t* names, size_t count, bool watching) {
   return rewritten;
 }
 
+/* One name's slot in the one object whose segments hold `in_object`, rewritten to `to` from
+ * any of `from` (the same rule as above: only from values that mean this library, and a lazy
+ * stub of the executable only when the global lookup gives from[0]). */
+typedef struct bind_one_s {
+  uintptr_t in_object;
+  const char* name;
+  const void* const* from;
+  size_t nfrom;
+  const void* to;
+  const void* global;
+  uintptr_t self;
+  size_t rewritten;
+} bind_one_t;
+
+static int bind_one_object(struct dl_phdr_info* info, size_t size, void* arg) {
+  (void)size;
+  bind_one_t* w = arg;
+  if (!in_segments(info, w->in_object) || in_segments(info, w->self)) return 0;
+  uintptr_t base = info->dlpi_addr;
+  const ElfW(Dyn)* dyn = NULL;
+  uintptr_t relro_lo = 0, relro_hi = 0;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr)* ph = &info->dlpi_phdr[i];
+    if (ph->p_type == PT_DYNAMIC) dyn = (const ElfW(Dyn)*)(base + ph->p_vaddr);
+    if (ph->p_type == PT_GNU_RELRO) {
+      relro_lo = (base + ph->p_vaddr) & ~(uintptr_t)(page - 1);
+      relro_hi = (base + ph->p_vaddr + ph->p_memsz) & ~(uintptr_t)(page - 1);
+    }
+  }
+  if (dyn == NULL) return 1;
+  bool executable = info->dlpi_name == NULL || info->dlpi_name[0] == 0;
+  uintptr_t jmprel = 0, strtab = 0, symtab = 0;
+  size_t pltrelsz = 0;
+  ElfW(Sxword) pltrel = 0;
+  for (const ElfW(Dyn)* d = dyn; d->d_tag != DT_NULL; d++) {
+    switch (d->d_tag) {
+      case DT_JMPREL: jmprel = dyn_ptr(d->d_un.d_ptr, base); break;
+      case DT_PLTRELSZ: pltrelsz = d->d_un.d_val; break;
+      case DT_PLTREL: pltrel = (ElfW(Sxword))d->d_un.d_val; break;
+      case DT_STRTAB: strtab = dyn_ptr(d->d_un.d_ptr, base); break;
+      case DT_SYMTAB: symtab = dyn_ptr(d->d_un.d_ptr, base); break;
+      default: break;
+    }
+  }
+  if (jmprel == 0 || strtab == 0 || symtab == 0 || pltrel != DT_RELA) return 1;
+  const ElfW(Rela)* rel = (const ElfW(Rela)*)jmprel;
+  const ElfW(Sym)* syms = (const ElfW(Sym)*)symtab;
+  for (size_t i = 0; i < pltrelsz / sizeof(*rel); i++) {
+    if (ELF64_R_TYPE(rel[i].r_info) != MP_JUMP_SLOT) continue;
+    if (strcmp((const char*)(strtab + syms[ELF64_R_SYM(rel[i].r_info)].st_name), w->name) != 0) continue;
+    uintptr_t* slot = (uintptr_t*)(base + rel[i].r_offset);
+    uintptr_t now = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    bool ours = false;
+    for (size_t k = 0; k < w->nfrom; k++) ours = ours || now == (uintptr_t)w->from[k];
+    if (!ours && executable && in_segments(info, now)) ours = w->global == w->from[0]; /* a lazy stub */
+    if (ours && write_slot(slot, (uintptr_t)w->to, relro_lo, relro_hi)) w->rewritten++;
+  }
+  return 1; /* the one object: the walk ends here */
+}
+
+size_t mp_bind_object(const void* in_object, const char* name, const void* const* from, size_t nfrom, const void* to) {
+  if (!mp_env.direct || nfrom == 0) return 0;
+  int saved = errno;
+  Dl_info self;
+  size_t rewritten = 0;
+  const void* global = dlsym(RTLD_DEFAULT, name); /* before the walk: see mp_bind_direct */
+  if (dladdr((void*)mp_bind_object, &self) != 0) {
+    bind_one_t w = {(uintptr_t)in_object, name, from, nfrom, to, global, (uintptr_t)self.dli_fbase, 0};
+    dl_iterate_phdr(bind_one_object, &w);
+    rewritten = w.rewritten;
+  }
+  errno = saved;
+  return rewritten;
+}
+
 #else
+
+size_t mp_bind_object(const void* in_object, const char* name, const void* const* from, size_t nfrom, const void* to) {
+  (void)in_object;
+  (void)name;
+  (void)from;
+  (void)nfrom;
+  (void)to;
+  return 0;
+}
 
 size_t mp_bind_direct(const mp_direct_t* names, size_t count, bool watching) {
   (void)names;

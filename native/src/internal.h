@@ -183,6 +183,7 @@ typedef struct mp_thread_s {
   uintptr_t pool_origin_sp;
   bool pool_worker;     /* ran pool work: never a poster */
   bool pool_probing;    /* inside the addon's probe (pool.c) */
+  bool anchoring;       /* the thread that armed V8's sample anchors (jsanchor.c) */
 } mp_thread_t;
 
 /* Draws are capped here so that subtracting a request cannot wrap; a countdown above it
@@ -336,6 +337,24 @@ typedef struct mp_direct_s {
 } mp_direct_t;
 #define MP_DIRECT_MAX 32
 size_t mp_bind_direct(const mp_direct_t* names, size_t count, bool watching);
+/* The slot of `name` in the one object that holds `in_object`, from one of `from` to `to`. */
+size_t mp_bind_object(const void* in_object, const char* name, const void* const* from, size_t nfrom, const void* to);
+
+/* jsanchor.c: V8's sampling heap profiler's samples with the native stack where each was
+ * taken. Armed, the object that holds SampleObject calls operator new and sized delete through
+ * interpose.c's anchor_new / anchor_delete_sized. MP_ANCHOR_SIZE and MP_ANCHOR_ID_OFFSET:
+ * sizeof(SamplingHeapProfiler::Sample) and the offset of its sample_id in V8 11.3-14 (Node
+ * 20-26), 64-bit; another layout is caught by the reader (the ids disagree), not here. */
+#define MP_ANCHOR_SIZE 40u
+#define MP_ANCHOR_ID_OFFSET 32u
+typedef struct mp_anchor_site_s {
+  uintptr_t lo, len; /* SampleObject's code; len 0: not armed */
+} mp_anchor_site_t;
+extern mp_anchor_site_t mp_anchor_site;
+void* mp_anchor_new_slow(size_t n, void* ra); /* reached by a tail jump from anchor_new */
+void mp_anchor_forget(void* p);
+bool mp_bind_anchors(const void* in_object); /* interpose.c; under the lifecycle lock */
+void* mp_entry_new(size_t n);                /* interpose.c: operator new through the table */
 void mp_interpose_init(void); /* registers the mimalloc error handler that sets errno */
 bool mp_interpose_probe(void); /* the program's malloc is this library's (at load only) */
 /* operator new's failure path: new-handler loop, then std::bad_alloc (or NULL if nothrow). */

@@ -421,6 +421,35 @@ static const mp_direct_t* direct_names(size_t* count) {
   return names;
 }
 
+/* ---- V8's sampling heap profiler: where it took each sample (jsanchor.c) ------------------
+ * Bound only into the object that holds SampleObject, once armed: equivalent to the exported
+ * operator new and sized delete (through the table, correct profiling or not) besides the
+ * anchor's record, so the slots' invariant (bind.c) holds with these as a third value. */
+void* mp_entry_new(size_t n) { return entry.new(n); }
+
+static void* anchor_new(size_t n) {
+  void* ra = RA;
+  if (mp_unlikely(n == MP_ANCHOR_SIZE && (uintptr_t)ra - mp_anchor_site.lo < mp_anchor_site.len && mp_tls.anchoring))
+    return mp_anchor_new_slow(n, ra);
+  return entry.new(n);
+}
+
+static void anchor_delete_sized(void* p, size_t n) {
+  if (mp_unlikely(n == MP_ANCHOR_SIZE && mp_tls.anchoring)) mp_anchor_forget(p);
+  entry.free(p);
+}
+
+bool mp_bind_anchors(const void* in_object) {
+  const void* new_from[] = {(const void*)mp_self_new, (const void*)watching_new};
+  const void* delete_from[] = {(const void*)mp_self_delete_sized, (const void*)watching_free};
+  if (mp_bind_object(in_object, "_Znwm", new_from, 2, (const void*)anchor_new) == 0) return false;
+  if (mp_bind_object(in_object, "_ZdlPvm", delete_from, 2, (const void*)anchor_delete_sized) != 0) return true;
+  /* without the deletes, anchors would outlive their samples: none at all */
+  const void* back[] = {(const void*)anchor_new};
+  (void)mp_bind_object(in_object, "_Znwm", back, 1, (const void*)mp_self_new);
+  return false;
+}
+
 /* ---- pthread_mutex_unlock: how libuv's thread pool is watched (pool.c) -------------------- */
 /* One or two compares in front of glibc's: the slow path only for the pool's mutex (when
  * learned) or while a probe runs. */

@@ -29,6 +29,10 @@ export interface NativeAddon {
   excludeThread(exclude: boolean): boolean;
   /** The high-water mark of the estimated in-use bytes since start (mi_prof_peak); null from a library without it. */
   peak(): { bytes: number; unixMs: number; snapshots: number } | null;
+  /** Keeps the native stack of each sample V8's sampling heap profiler takes on this thread from now on (mi_prof_js_anchor_arm): 1 armed, 0 not available, -1 failed; absent from an older addon. */
+  jsAnchorArm?(): number;
+  /** Those stacks (mi_prof_js_anchors: [number, V8's sample_id, perf map bytes, depth, frames...] each) then [made, live, dropped]; null from a library without them. */
+  jsAnchors?(): BigUint64Array | null;
 }
 
 /** The addon's resident object (mi_prof_resident_t and mi_prof_mapping_owners, numbers). */

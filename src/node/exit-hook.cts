@@ -40,7 +40,7 @@ function fullGc(): (() => void) | undefined {
  * heap beside the native heap, src/profile/js-heap.ts; `run --no-js-heap` leaves it off).
  * Returns what reads its profile (the in-process session answers synchronously).
  */
-function startJsHeap(): (() => unknown) | undefined {
+function startJsHeap(addon: Addon): (() => unknown) | undefined {
   if (process.env.MIMALLOC_PPROF_JS_HEAP === '0') return undefined;
   try {
     // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -48,17 +48,25 @@ function startJsHeap(): (() => unknown) | undefined {
     const session = new inspector.Session();
     session.connect();
     const interval = Number(process.env.MIMALLOC_PROF_SAMPLE_INTERVAL) || 524288;
+    // each sample V8 takes from now on keeps its native stack, numbered as V8 numbers its
+    // samples from this start (src/profile/js-anchors.ts); MIMALLOC_PPROF_JS_ANCHORS=0: the
+    // tests' control, V8's own stacks only
+    const anchored = process.env.MIMALLOC_PPROF_JS_ANCHORS !== '0' && addon.jsAnchorArm?.() === 1;
     let started = false;
     session.post('HeapProfiler.startSampling', { samplingInterval: interval }, (err) => {
       started = !err;
     });
     if (!started) return undefined;
     return () => {
-      let profile: unknown;
+      let profile: { samples?: { ordinal?: number }[] } | undefined;
       session.post('HeapProfiler.getSamplingProfile', (err, r) => {
-        if (!err) profile = r.profile;
+        if (!err) profile = r.profile as typeof profile;
       });
-      return profile === undefined ? undefined : { interval, profile };
+      if (profile === undefined) return undefined;
+      if (!anchored) return { interval, profile };
+      // eslint-disable-next-line @typescript-eslint/no-require-imports
+      const { liveAnchors } = require(join(dirname(realpathSync(__filename)), 'js-anchors-read.cjs')) as typeof import('./js-anchors-read.cjs');
+      return { interval, profile, anchors: liveAnchors(addon.jsAnchors?.() ?? null, profile.samples ?? []) };
     };
   } catch {
     return undefined;
@@ -67,7 +75,7 @@ function startJsHeap(): (() => unknown) | undefined {
 
 function install(addon: Addon, runDir: string): void {
   const collect = process.env.MIMALLOC_PPROF_NO_GC !== '1';
-  const jsHeap = startJsHeap();
+  const jsHeap = startJsHeap(addon);
   let done = false;
   const dump = () => {
     if (done) return;

@@ -5,10 +5,10 @@
  *
  * V8 samples JavaScript allocations as the preload library samples native ones: a Poisson
  * process over bytes with the same mean interval, each sampled object standing for
- * 1 / (1 − e^(−size/interval)) objects of its size. A node's `selfSize` is already that
- * estimate (in bytes), so the merged values are in the same unsampled units as the native
- * estimates and pprof's default view sums both. Objects are estimated from the individual
- * samples the same way. V8 keeps only the samples of objects still alive: the JavaScript
+ * 1 / (1 − e^(−size/interval)) objects of its size. A node's `selfSize`, and each sample's
+ * `size` in the protocol, are already that estimate (in bytes), so the merged values are in
+ * the same unsampled units as the native estimates and pprof's default view sums both.
+ * Objects are solved from each sample's estimate (jsSampleObjects). V8 keeps only the samples of objects still alive: the JavaScript
  * samples carry in-use values, and allocated values of 0.
  *
  * JavaScript functions are the same functions as the native stacks' JavaScript frames (named
@@ -66,16 +66,32 @@ export function isOwnScript(file: string): boolean {
   return file.startsWith(OWN_SCRIPTS);
 }
 
-/** Horvitz–Thompson weight of one sampled object of `size` bytes at mean interval R. */
-function weight(size: number, interval: number): number {
-  return size <= 0 ? 1 : 1 / -Math.expm1(-size / interval);
+/**
+ * The objects one of V8's samples stands for. The protocol's sample `size` is already V8's
+ * estimate: the object's size x times its scaled count, floor(1 / (1 − e^(−x/R)))
+ * (sampling-heap-profiler.cc, ScaleSample), so S = x · w(x) up to the floor, which increases
+ * with x from R on. x is solved from S (bisection) and the count is S / x. For S at or below R
+ * (the floor took a small object's last part) x is small: 16 bytes is taken.
+ */
+export function jsSampleObjects(scaledSize: number, interval: number): number {
+  if (scaledSize <= 0) return 0;
+  if (scaledSize <= interval) return scaledSize / 16;
+  const f = (x: number) => x / -Math.expm1(-x / interval);
+  let lo = 0;
+  let hi = scaledSize;
+  for (let i = 0; i < 60; i++) {
+    const mid = (lo + hi) / 2;
+    if (f(mid) < scaledSize) lo = mid;
+    else hi = mid;
+  }
+  return scaledSize / Math.max(hi, 1);
 }
 
 /**
  * Adds the JavaScript heap's samples to `profile` (in place) and labels every sample by its
  * heap. `interval` is the mean sampling interval V8 used.
  */
-export function mergeJsHeap(profile: Profile, js: V8SamplingHeapProfile, interval: number): JsHeapSummary {
+export function mergeJsHeap(profile: Profile, js: V8SamplingHeapProfile, interval: number, anchored: ReadonlySet<number> = new Set()): JsHeapSummary {
   const strings = profile.stringTable;
   const str = (i: number | bigint) => strings.strings[Number(i)] ?? '';
   const heapKey = strings.dedup('heap');
@@ -188,21 +204,33 @@ export function mergeJsHeap(profile: Profile, js: V8SamplingHeapProfile, interva
     return loc;
   };
 
+  // the samples already in the profile with their native stacks (src/profile/js-anchors.ts)
+  // leave their node: what stays is V8's estimate of the others
   const objectsOf = new Map<number, number>();
-  for (const s of js.samples ?? []) objectsOf.set(s.nodeId, (objectsOf.get(s.nodeId) ?? 0) + weight(s.size, interval));
-
+  const anchoredBytesOf = new Map<number, number>();
   const summary: JsHeapSummary = { bytes: 0, objects: 0, samples: js.samples?.length ?? 0 };
+  for (const s of js.samples ?? []) {
+    const objects = jsSampleObjects(s.size, interval);
+    if (s.ordinal !== undefined && anchored.has(s.ordinal)) {
+      anchoredBytesOf.set(s.nodeId, (anchoredBytesOf.get(s.nodeId) ?? 0) + s.size);
+      summary.bytes += s.size;
+      summary.objects += objects;
+    } else {
+      objectsOf.set(s.nodeId, (objectsOf.get(s.nodeId) ?? 0) + objects);
+    }
+  }
   const jsLabel = () => [new Label({ key: heapKey, str: strings.dedup('js') }), new Label({ key: threadKey, str: strings.dedup('main') })];
   // depth first, the path from the root's child down (the root is V8's "(root)")
   const fnOf = new Map<Location, ProfileFunction>();
   const walk = (node: V8SamplingHeapNode, path: Location[]) => {
-    if (node.selfSize > 0 && path.length > 0) {
+    const selfSize = node.selfSize - (anchoredBytesOf.get(node.id) ?? 0);
+    if (selfSize >= 0.5 && path.length > 0) {
       const value = profile.sampleType.map(() => 0);
       const objects = objectsOf.get(node.id) ?? 0;
-      value[at.inuseSpace] = Math.round(node.selfSize);
+      value[at.inuseSpace] = Math.round(selfSize);
       if (at.inuseObjects >= 0) value[at.inuseObjects] = Math.round(objects);
       profile.sample.push(new Sample({ locationId: [...path].reverse().map((l) => l.id), value, label: jsLabel() }));
-      summary.bytes += node.selfSize;
+      summary.bytes += selfSize;
       summary.objects += objects;
     }
     for (const child of node.children) {

@@ -10,6 +10,7 @@ import { debuglog } from 'node:util';
 import { Profile as ProfileCodec } from '../profile/pprof.js';
 import { encodeHeapText, encodeProfile, findSampleType, totalValue } from '../profile/index.js';
 import { writeFileAtomic } from '../profile/files.js';
+import { injectAnchoredJsSamples, type JsAnchors, trimAnchoredJsSamples } from '../profile/js-anchors.js';
 import { mergeJsHeap, type V8SamplingHeapProfile } from '../profile/js-heap.js';
 import { annotatePeak } from '../profile/peak.js';
 import { formatRssComment, type RssBreakdown } from '../profile/rss.js';
@@ -229,6 +230,14 @@ export async function finishProfile(opts: RunOptions, runDir: string, p: Process
   const peakFile = join(runDir, `peak.${p.pid}.pb`);
   const atPeak = opts.peak === true && existsSync(peakFile);
   const raw = ProfileCodec.decode(readFileSync(atPeak ? peakFile : join(runDir, `raw.${p.pid}.pb`)));
+  // the JavaScript heap and the resident set were measured at exit, not at the peak
+  const jsHeapFile = join(runDir, `jsheap.${p.pid}.json`);
+  const js =
+    opts.jsHeap && !atPeak && existsSync(jsHeapFile)
+      ? (JSON.parse(readFileSync(jsHeapFile, 'utf8')) as { interval: number; profile: V8SamplingHeapProfile; anchors?: JsAnchors })
+      : undefined;
+  // V8's samples whose native stacks the library kept are named with the native ones
+  const anchored = js ? injectAnchoredJsSamples(raw, js.profile, js.interval, js.anchors) : new Set<number>();
   await step();
   const perfMap = perfMapOf(p.pid);
   const cut = join(runDir, `perfmap.${p.pid}.json`); // the map's size at the dump (Node's exit hook)
@@ -248,12 +257,18 @@ export async function finishProfile(opts: RunOptions, runDir: string, p: Process
     if (peak) p.peak = peak;
   }
   await step();
-  const jsHeapFile = join(runDir, `jsheap.${p.pid}.json`);
-  // the JavaScript heap and the resident set were measured at exit, not at the peak
-  if (opts.jsHeap && !atPeak && existsSync(jsHeapFile)) {
-    const { interval, profile: js } = JSON.parse(readFileSync(jsHeapFile, 'utf8')) as { interval: number; profile: V8SamplingHeapProfile };
-    const merged = mergeJsHeap(profile, js, interval);
-    comment(`heap=js: V8's sampling heap profiler at interval=${interval}: ${Math.round(merged.bytes)} bytes of JavaScript objects in use (${merged.samples} samples)`);
+  if (js) {
+    const trimmed = trimAnchoredJsSamples(profile);
+    for (const o of trimmed.unplaced) anchored.delete(o); // V8's stacks for those
+    const merged = mergeJsHeap(profile, js.profile, js.interval, anchored);
+    comment(`heap=js: V8's sampling heap profiler at interval=${js.interval}: ${Math.round(merged.bytes)} bytes of JavaScript objects in use (${merged.samples} samples)`);
+    const a = js.anchors;
+    if (a)
+      comment(
+        a.refused !== undefined
+          ? `heap=js: native stacks not used (${a.refused}): V8's stacks, without the functions it inlined`
+          : `heap=js: ${trimmed.kept} of ${merged.samples} samples with the native stack where V8 took them (${trimmed.unplaced.size} with no JavaScript frame on it keep V8's; anchors made=${a.made} live=${a.live} dropped=${a.dropped})`,
+      );
   }
   const gcFile = join(runDir, `gc.${p.pid}.json`);
   if (!atPeak && existsSync(gcFile)) {

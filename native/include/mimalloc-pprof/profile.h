@@ -194,6 +194,21 @@ mi_prof_export bool mi_prof_pool_probe_end(void);
 mi_prof_export bool mi_prof_pool_watched(void);
 mi_prof_export uint64_t mi_prof_pool_refused(void);
 
+/* ---- V8's sampling heap profiler (Node): its samples' native stacks ----
+ * For the addon, on the thread whose isolate is about to start V8's sampling heap profiler,
+ * right before that start: every sample V8 then takes on this thread keeps the stack where it
+ * was taken (with the functions V8 inlined), until V8 drops the sample. 1: armed; 0: not
+ * available (no SampleObject found, direct binding off or unsupported); -1 with errno set. */
+mi_prof_export int mi_prof_js_anchor_arm(void);
+/* The live samples' stacks, each as [number, V8's sample_id read from the sample (UINT64_MAX:
+ * unreadable), the size of V8's perf map then (0: none), depth, depth frames]: the number is 1, 2, ... in the order V8 took them since
+ * arming, which is V8's sample_id (the protocol's `ordinal`) when the start followed the
+ * arming. Fills `out` up to `cap` words with whole entries and returns the words all need.
+ * Only on the arming thread (else 0, errno EPERM). */
+mi_prof_export size_t mi_prof_js_anchors(uint64_t* out, size_t cap);
+/* [made, live, dropped (out of memory or over 2^18 live)] */
+mi_prof_export void mi_prof_js_anchor_counts(uint64_t counts[3]);
+
 #ifdef __cplusplus
 }
 #endif
