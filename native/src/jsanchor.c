@@ -236,8 +236,10 @@ int mi_prof_js_anchor_arm(void) {
     errno = EBUSY; /* armed on another thread */
     armed = -1;
   } else if (find_site(&site)) {
-    frames_max = mp_state.bt_max != 0 ? mp_state.bt_max : MI_PROF_MAX_BT;
-    if (frames_max > MI_PROF_MAX_BT) frames_max = MI_PROF_MAX_BT;
+    /* the deepest stack the library takes, whatever the profile's depth: V8's own stacks go
+     * 128 JavaScript frames deep, and a stack cut short here loses its roots (the reader falls
+     * back to V8's for a stack this deep) */
+    frames_max = MI_PROF_MAX_BT;
     mp_anchor_site.lo = site.lo;
     __atomic_store_n(&mp_anchor_site.len, site.len, __ATOMIC_RELEASE);
     mp_tls.anchoring = true;

@@ -32,6 +32,10 @@ export interface JsAnchors {
   refused?: string;
 }
 
+/** The library's deepest stack (MI_PROF_MAX_BT): an anchor that deep may have lost its roots
+ * to the cut, where V8's own stack (128 JavaScript frames, no native ones) reaches further. */
+const ANCHOR_MAX_DEPTH = 128;
+
 /** The label that marks an anchored sample between injection and trimming. */
 const ORDINAL_KEY = 'js_ordinal';
 
@@ -76,7 +80,7 @@ export function injectAnchoredJsSamples(raw: Profile, js: V8SamplingHeapProfile,
   for (const s of js.samples ?? []) {
     const ordinal = s.ordinal;
     const frames = ordinal === undefined ? undefined : anchors.frames[String(ordinal)];
-    if (ordinal === undefined || !frames || frames.length === 0) continue;
+    if (ordinal === undefined || !frames || frames.length === 0 || frames.length >= ANCHOR_MAX_DEPTH) continue;
     const value = raw.sampleType.map(() => 0);
     value[at.space] = Math.round(s.size);
     if (at.objects >= 0) value[at.objects] = Math.round(jsSampleObjects(s.size, interval));
