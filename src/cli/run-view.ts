@@ -3,7 +3,10 @@ import { basename } from 'node:path';
 
 import type { Profile } from '../profile/pprof.js';
 
+import { findSampleType } from '../profile/model.js';
 import { formatPeak } from '../profile/peak.js';
+import { top } from '../profile/top.js';
+import { inUseEstimate, lowerBound, overBudget } from '../run/budget.js';
 import { formatRssLines } from '../profile/rss.js';
 import { writeHtmlReport } from '../report/index.js';
 import { isProfilerScript } from '../report/data.js';
@@ -66,7 +69,8 @@ export function printRun(opts: CliRunOptions, result: RunResult): number {
   for (const [pid, files] of groupSeries(result.series ?? [])) {
     err.write(`mimalloc-pprof: wrote ${files.length} periodic profile${files.length === 1 ? '' : 's'} of pid ${pid}: ${files[0]}${files.length > 1 ? ` … ${files[files.length - 1]}` : ''}\n`);
   }
-  if (opts.html && detailed.profile && detailed.file) {
+  const over = opts.budget ? overBudgetLines(opts.budget, profiled) : [];
+  if ((opts.html || over.length > 0) && detailed.profile && detailed.file) {
     const html = reportPath(detailed.file);
     try {
       writeHtmlReport(html, [{ profile: detailed.profile, source: basename(detailed.file) }]);
@@ -76,7 +80,35 @@ export function printRun(opts: CliRunOptions, result: RunResult): number {
       err.write(`mimalloc-pprof: the HTML report was not written: ${e instanceof Error ? e.message : String(e)}\n`);
     }
   }
-  return result.status;
+  if (over.length === 0) return result.status;
+  for (const line of over) err.write(`mimalloc-pprof: MEMORY BUDGET EXCEEDED: ${line}\n`);
+  return result.status !== 0 ? result.status : BUDGET_EXCEEDED_STATUS;
+}
+
+/** run's status when a memory budget was exceeded and the program itself succeeded. */
+export const BUDGET_EXCEEDED_STATUS = 4;
+
+/**
+ * One line per process over its budget beyond reasonable doubt (src/run/budget.ts): the
+ * estimate, its standard error, the lower bound against the budget, and the functions that
+ * hold the most (the program's JavaScript functions when it has any, else native sites).
+ */
+export function overBudgetLines(budget: NonNullable<CliRunOptions['budget']>, processes: readonly ProcessReport[]): string[] {
+  const lines: string[] = [];
+  for (const p of processes) {
+    if (!p.profile) continue;
+    // --max-peak: the peak's own estimate and error (no peak recorded: the figure at exit)
+    const e = budget.of === 'peak' && p.peak ? { bytes: p.peak.bytes, stdError: p.peak.stdError } : inUseEstimate(p.profile);
+    if (!overBudget(e, budget.bytes)) continue;
+    const what = budget.of === 'peak' ? (p.peak ? 'at the peak' : 'at exit (no peak was recorded)') : 'at exit';
+    const holders = deepestJavaScript(p.profile, 3);
+    const named = holders.length > 0 ? holders : top(p.profile, findSampleType(p.profile, 'inuse_space')).slice(0, 3).map((r) => [r.name, r.flat] as [string, number]);
+    lines.push(
+      `pid ${p.pid} had ${humanBytes(e.bytes)} ± ${humanBytes(e.stdError)} in use ${what} (95 % lower bound ${humanBytes(lowerBound(e))}), over --max-${budget.of} ${humanBytes(budget.bytes)}; ` +
+        `most in use under: ${named.map(([n, b]) => `${n} (${humanBytes(b)})`).join(', ')}`,
+    );
+  }
+  return lines;
 }
 
 /**
@@ -162,6 +194,48 @@ function printProcesses(processes: readonly ProcessReport[], detailed: ProcessRe
  */
 function printJavaScriptCallers(profile: Profile, n: number, out: { write(s: string): unknown }): void {
   const str = (i: number | bigint) => profile.stringTable.strings[Number(i)] ?? '';
+  const { rows, total } = javaScriptCallersWithTotal(profile, n);
+  if (rows.length === 0 || total <= 0) return;
+  const heaps = profile.sample.some((s) => s.label.some((l) => str(l.key) === 'heap' && str(l.str) === 'js'));
+  out.write(`\nJavaScript functions with ${heaps ? 'memory (native and JavaScript heap)' : 'native memory'} in use beneath them (cumulative)\n`);
+  for (const [name, bytes] of rows) {
+    out.write(`${humanBytes(bytes).padStart(9)} ${((100 * bytes) / total).toFixed(2).padStart(6)}%  ${name}\n`);
+  }
+}
+
+/**
+ * Where the memory was allocated, in the program's JavaScript: each sample's bytes go to its
+ * deepest program JavaScript frame (not Node's internals, not this package's scripts), so a
+ * handler, not the top level that called it, is named. `name file:line`, most first.
+ */
+export function deepestJavaScript(profile: Profile, n: number): [string, number][] {
+  const str = (i: number | bigint) => profile.stringTable.strings[Number(i)] ?? '';
+  const inuse = profile.sampleType.findIndex((t) => str(t.type) === 'inuse_space');
+  const fn = new Map(profile.function.map((f) => [Number(f.id), f]));
+  const locations = new Map(profile.location.map((l) => [Number(l.id), l]));
+  const program = (f: (typeof profile.function)[number] | undefined) =>
+    f !== undefined && isJavaScriptName(str(f.systemName)) && !str(f.filename).startsWith('node:') && !isProfilerScript(str(f.filename));
+  const by = new Map<string, number>();
+  if (inuse < 0) return [];
+  for (const s of profile.sample) {
+    let found: string | undefined;
+    for (const id of s.locationId) {
+      for (const line of locations.get(Number(id))?.line ?? []) {
+        const f = fn.get(Number(line.functionId));
+        if (program(f)) {
+          found = str(f!.filename) ? `${str(f!.name)} ${str(f!.filename)}:${Number(f!.startLine)}` : str(f!.name);
+          break;
+        }
+      }
+      if (found !== undefined) break;
+    }
+    if (found !== undefined) by.set(found, (by.get(found) ?? 0) + Number(s.value[inuse] ?? 0));
+  }
+  return [...by].sort((a, b) => b[1] - a[1]).slice(0, n);
+}
+
+function javaScriptCallersWithTotal(profile: Profile, n: number): { rows: [string, number][]; total: number } {
+  const str = (i: number | bigint) => profile.stringTable.strings[Number(i)] ?? '';
   const types = profile.sampleType.map((t) => str(t.type));
   const inuse = types.indexOf('inuse_space');
   // the program's own code: Node's internals (node:…) are the same for every program, and the
@@ -171,7 +245,7 @@ function printJavaScriptCallers(profile: Profile, n: number, out: { write(s: str
       .filter((f) => isJavaScriptName(str(f.systemName)) && !str(f.filename).startsWith('node:') && !isProfilerScript(str(f.filename)))
       .map((f) => [Number(f.id), f]),
   );
-  if (inuse < 0 || jsFunctions.size === 0) return;
+  if (inuse < 0 || jsFunctions.size === 0) return { rows: [], total: 0 };
   // one row per source function, whatever tiers (interpreted, baseline, optimised) it ran in
   const display = (f: (typeof profile.function)[number]) =>
     str(f.filename) ? `${str(f.name)} ${str(f.filename)}:${Number(f.startLine)}` : str(f.name);
@@ -192,11 +266,5 @@ function printJavaScriptCallers(profile: Profile, n: number, out: { write(s: str
         }
       }
   }
-  const rows = [...cum].sort((a, b) => b[1] - a[1]).slice(0, n);
-  if (rows.length === 0 || total <= 0) return;
-  const heaps = profile.sample.some((s) => s.label.some((l) => str(l.key) === 'heap' && str(l.str) === 'js'));
-  out.write(`\nJavaScript functions with ${heaps ? 'memory (native and JavaScript heap)' : 'native memory'} in use beneath them (cumulative)\n`);
-  for (const [name, bytes] of rows) {
-    out.write(`${humanBytes(bytes).padStart(9)} ${((100 * bytes) / total).toFixed(2).padStart(6)}%  ${name}\n`);
-  }
+  return { rows: [...cum].sort((a, b) => b[1] - a[1]).slice(0, n), total };
 }

@@ -59,6 +59,13 @@ Options:
                       on; every file V8 or the profiler wrote is removed when it stops
   --token T           with --serve: the endpoints require "Authorization: Bearer T" (default
                       MIMALLOC_PPROF_TOKEN); needed for clients that are not on loopback
+  --max-in-use SIZE   a memory budget (k/m/g suffixes): the run fails, status 4 when CMD
+                      itself succeeded, when the in-use memory at exit is over SIZE beyond
+                      reasonable doubt (the estimate's one-sided 95 % lower bound above it);
+                      the failure names the functions that hold the most, and the profile
+                      and an HTML report are written as usual
+  --max-peak SIZE     the same for the high-water mark of the in-use memory (implies --peak:
+                      the profile written is the peak's); one budget per run
   --no-profile        only run CMD on mimalloc (no profiling)
   -h, --help          this help
 `;
@@ -66,9 +73,11 @@ Options:
 export interface CliRunOptions extends RunOptions {
   top: number;
   html?: boolean;
+  /** --max-in-use / --max-peak: the budget and what it is of */
+  budget?: { bytes: number; of: 'in-use' | 'peak' };
 }
 
-const VALUE_OPTIONS = new Set(['--out', '--format', '--interval', '--seed', '--bt-max', '--top', '--every', '--serve', '--token']);
+const VALUE_OPTIONS = new Set(['--out', '--format', '--interval', '--seed', '--bt-max', '--top', '--every', '--serve', '--token', '--max-in-use', '--max-peak']);
 
 export function parseRunArgs(argv: string[]): CliRunOptions | 'help' {
   const opts: CliRunOptions = { out: 'mimalloc-pprof.pb.gz', format: 'proto', btMax: 64, top: 10, profile: true, gc: true, jsHeap: true, command: [] };
@@ -120,8 +129,17 @@ export function parseRunArgs(argv: string[]): CliRunOptions | 'help' {
         if (value === '' || /\s/.test(value)) throw new UsageError('run: --token must be a non-empty word');
         opts.serveToken = value;
         break;
+      case '--max-in-use':
+      case '--max-peak': {
+        const of = name === '--max-peak' ? 'peak' : 'in-use';
+        if (opts.budget && opts.budget.of !== of) throw new UsageError('run: one budget per run: --max-in-use or --max-peak');
+        opts.budget = { bytes: parseSize(value, name), of };
+        if (of === 'peak') opts.peak = true;
+        break;
+      }
     }
   }
+  if (opts.budget && !opts.profile) throw new UsageError('run: a memory budget needs the profiler (not --no-profile)');
   opts.command = split.rest;
   if (opts.serveToken !== undefined && opts.serve === undefined) throw new UsageError('run: --token goes with --serve');
   if (opts.serve !== undefined && opts.serveToken === undefined && process.env.MIMALLOC_PPROF_TOKEN) opts.serveToken = process.env.MIMALLOC_PPROF_TOKEN;
