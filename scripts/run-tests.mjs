@@ -26,7 +26,7 @@ const DEBUG_PASS = /^(reliability\/(churn|fork|dumps|node|hostile(-\w+)?)|native
 // names, no unnamed frame), the thread pool, the JS heap (the inspector's sampler), the RSS
 // breakdown, peak and periodic profiles, the in-process API, the service endpoints and push.
 const NODE_PASS =
-  /^(run\/(run|fidelity|js-heap|js-heap-names|js-heap-inlined|pool|rss|every)|node\/(api|dumps|js-heap|peak|preload)|symbolize\/(perfmap|inlined|unnamed|queued-by)|http\/(pprof|hardening)|push\/push|cli\/symbolize|native\/jitmap|package\/matrix)\.test\.js$/;
+  /^(run\/(run|fidelity|js-heap|js-heap-names|js-heap-inlined|pool|rss|every)|node\/(api|dumps|js-heap|peak|preload)|symbolize\/(perfmap|inlined|unnamed|queued-by)|http\/(pprof|hardening)|push\/push|cli\/symbolize|native\/jitmap|package\/matrix|testing\/budget)\.test\.js$/;
 
 const args = process.argv.slice(2);
 let only = '';

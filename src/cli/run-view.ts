@@ -3,9 +3,8 @@ import { basename } from 'node:path';
 
 import type { Profile } from '../profile/pprof.js';
 
-import { findSampleType } from '../profile/model.js';
 import { formatPeak } from '../profile/peak.js';
-import { top } from '../profile/top.js';
+import { holders } from '../profile/holders.js';
 import { inUseEstimate, lowerBound, overBudget } from '../run/budget.js';
 import { formatRssLines } from '../profile/rss.js';
 import { writeHtmlReport } from '../report/index.js';
@@ -101,8 +100,7 @@ export function overBudgetLines(budget: NonNullable<CliRunOptions['budget']>, pr
     const e = budget.of === 'peak' && p.peak ? { bytes: p.peak.bytes, stdError: p.peak.stdError } : inUseEstimate(p.profile);
     if (!overBudget(e, budget.bytes)) continue;
     const what = budget.of === 'peak' ? (p.peak ? 'at the peak' : 'at exit (no peak was recorded)') : 'at exit';
-    const holders = deepestJavaScript(p.profile, 3);
-    const named = holders.length > 0 ? holders : top(p.profile, findSampleType(p.profile, 'inuse_space')).slice(0, 3).map((r) => [r.name, r.flat] as [string, number]);
+    const named = holders(p.profile, 'inuse_space', 3);
     lines.push(
       `pid ${p.pid} had ${humanBytes(e.bytes)} ± ${humanBytes(e.stdError)} in use ${what} (95 % lower bound ${humanBytes(lowerBound(e))}), over --max-${budget.of} ${humanBytes(budget.bytes)}; ` +
         `most in use under: ${named.map(([n, b]) => `${n} (${humanBytes(b)})`).join(', ')}`,
@@ -201,37 +199,6 @@ function printJavaScriptCallers(profile: Profile, n: number, out: { write(s: str
   for (const [name, bytes] of rows) {
     out.write(`${humanBytes(bytes).padStart(9)} ${((100 * bytes) / total).toFixed(2).padStart(6)}%  ${name}\n`);
   }
-}
-
-/**
- * Where the memory was allocated, in the program's JavaScript: each sample's bytes go to its
- * deepest program JavaScript frame (not Node's internals, not this package's scripts), so a
- * handler, not the top level that called it, is named. `name file:line`, most first.
- */
-export function deepestJavaScript(profile: Profile, n: number): [string, number][] {
-  const str = (i: number | bigint) => profile.stringTable.strings[Number(i)] ?? '';
-  const inuse = profile.sampleType.findIndex((t) => str(t.type) === 'inuse_space');
-  const fn = new Map(profile.function.map((f) => [Number(f.id), f]));
-  const locations = new Map(profile.location.map((l) => [Number(l.id), l]));
-  const program = (f: (typeof profile.function)[number] | undefined) =>
-    f !== undefined && isJavaScriptName(str(f.systemName)) && !str(f.filename).startsWith('node:') && !isProfilerScript(str(f.filename));
-  const by = new Map<string, number>();
-  if (inuse < 0) return [];
-  for (const s of profile.sample) {
-    let found: string | undefined;
-    for (const id of s.locationId) {
-      for (const line of locations.get(Number(id))?.line ?? []) {
-        const f = fn.get(Number(line.functionId));
-        if (program(f)) {
-          found = str(f!.filename) ? `${str(f!.name)} ${str(f!.filename)}:${Number(f!.startLine)}` : str(f!.name);
-          break;
-        }
-      }
-      if (found !== undefined) break;
-    }
-    if (found !== undefined) by.set(found, (by.get(found) ?? 0) + Number(s.value[inuse] ?? 0));
-  }
-  return [...by].sort((a, b) => b[1] - a[1]).slice(0, n);
 }
 
 function javaScriptCallersWithTotal(profile: Profile, n: number): { rows: [string, number][]; total: number } {

@@ -1,0 +1,44 @@
+/**
+ * Where memory was allocated, in the program's own JavaScript: each sample's value goes to its
+ * deepest JavaScript frame of the program (not Node's internals, `node:…`, not this package's
+ * scripts), so a handler is named rather than the top level that called it. A profile without
+ * such frames (a C program, or no perf map) gets its top native allocation sites instead.
+ */
+import type { Profile } from './pprof.js';
+
+import { isProfilerScript } from './growth.js';
+import { findSampleType } from './model.js';
+import { top } from './top.js';
+import { isJavaScriptName } from '../symbolize/perfmap.js';
+
+/** The `n` functions holding the most of `sampleType`, `name file:line` for JavaScript, most first. */
+export function holders(profile: Profile, sampleType: string, n: number): [string, number][] {
+  const str = (i: number | bigint) => profile.stringTable.strings[Number(i)] ?? '';
+  const at = findSampleType(profile, sampleType);
+  if (at < 0) return [];
+  const fn = new Map(profile.function.map((f) => [Number(f.id), f]));
+  const locations = new Map(profile.location.map((l) => [Number(l.id), l]));
+  const program = (f: (typeof profile.function)[number] | undefined) =>
+    f !== undefined && isJavaScriptName(str(f.systemName)) && !str(f.filename).startsWith('node:') && !isProfilerScript(str(f.filename));
+  const by = new Map<string, number>();
+  for (const s of profile.sample) {
+    let found: string | undefined;
+    for (const id of s.locationId) {
+      for (const line of locations.get(Number(id))?.line ?? []) {
+        const f = fn.get(Number(line.functionId));
+        if (program(f)) {
+          found = str(f!.filename) ? `${str(f!.name)} ${str(f!.filename)}:${Number(f!.startLine)}` : str(f!.name);
+          break;
+        }
+      }
+      if (found !== undefined) break;
+    }
+    if (found !== undefined) by.set(found, (by.get(found) ?? 0) + Number(s.value[at] ?? 0));
+  }
+  const js = [...by].filter(([, v]) => v > 0).sort((a, b) => b[1] - a[1]);
+  if (js.length > 0) return js.slice(0, n);
+  return top(profile, at)
+    .filter((r) => r.flat > 0)
+    .slice(0, n)
+    .map((r) => [r.name, r.flat]);
+}

@@ -1,0 +1,57 @@
+/**
+ * `memoryBudget` from `mimalloc-pprof/test` (issue 34 (2)) in a real `node --test` run under
+ * `mimalloc-pprof run`: a test whose code keeps 1 MiB of Buffers (1024 of 1 KiB) fails its
+ * 256 KiB retained budget, with the exact figure (1 MiB plus V8's record of each buffer: at most
+ * 1.5 MiB) and the function that kept them named with file:line; its control, which drops them,
+ * passes. Without the preload the test fails with the one line that says what to do.
+ */
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { test } from 'node:test';
+
+import { bytesOf } from '../../src/testing/budget.js';
+import { root, tempDir } from '../helpers.js';
+
+const cli = join(root, 'dist', 'src', 'cli', 'bin.js');
+const fixture = join(root, 'test', 'testing', 'fixtures', 'leaky.test.mjs');
+// a node --test of its own, not a subtest of this runner's (NODE_TEST_CONTEXT would make it one)
+const env = (drop: string[] = []) => Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'NODE_TEST_CONTEXT' && !drop.includes(k)));
+
+test('memoryBudget under run -- node --test: the 1 MiB leak fails with its figure and function; the control passes', (t) => {
+  const r = spawnSync(process.execPath, [cli, 'run', '--top', '0', '--out', join(tempDir('mpp-budget-'), 'p.pb.gz'), '--', process.execPath, '--test', '--test-reporter', 'tap', fixture], {
+    encoding: 'utf8',
+    cwd: root,
+    env: env(),
+    timeout: 120_000,
+  });
+  const out = r.stdout;
+  const failure = /error: 'memoryBudget: retained ([\d.]+)MiB > 256\.0KiB; most under: (\S+) (\S+):(\d+)/.exec(out);
+  assert.ok(failure, out);
+  t.diagnostic(failure[0]);
+  assert.ok(Number(failure[1]) >= 1 && Number(failure[1]) <= 1.5, `retained ${failure[1]} MiB for 1 MiB kept`);
+  assert.equal(failure[2], 'rememberPayloads');
+  assert.equal(failure[3], fixture);
+  assert.match(out, /^not ok 1 - leaky: keeps 1 MiB$/m);
+  assert.match(out, /^ok 2 - control: drops what it handles$/m);
+  const cost = /BUDGET .* with ([\d.]+) ms, alone ([\d.]+) ms/.exec(out);
+  if (cost) t.diagnostic(`memoryBudget around a 1024-buffer loop: ${cost[1]} ms, the loop alone ${cost[2]} ms`);
+});
+
+test('without the preload: one line that says how to run it', () => {
+  const r = spawnSync(process.execPath, ['--test', '--test-reporter', 'tap', fixture], {
+    encoding: 'utf8',
+    cwd: root,
+    env: env(['LD_PRELOAD', 'NODE_OPTIONS']),
+    timeout: 60_000,
+  });
+  assert.notEqual(r.status, 0);
+  assert.match(r.stdout, /memoryBudget needs the preload library: run the tests under it \(npx mimalloc-pprof run -- node --test\)/);
+});
+
+test('budgets are byte counts or sizes with k/m/g', () => {
+  assert.equal(bytesOf('1m', 'x'), 1 << 20);
+  assert.equal(bytesOf('512k', 'x'), 512 << 10);
+  assert.equal(bytesOf(1000, 'x'), 1000);
+  assert.throws(() => bytesOf('lots', 'retained'), /memoryBudget: retained must be a byte count/);
+});
