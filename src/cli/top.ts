@@ -21,6 +21,7 @@ import {
 } from './args.js';
 
 export const TOP_HELP = `Usage: mimalloc-pprof top FILE [--sample-index TYPE] [-n N]
+       mimalloc-pprof top --watch [SECONDS] URL
 
 Prints the functions (or [binaries], or addresses, when the profile is not symbolised)
 holding the most memory: flat = in the function itself, cum = in it and its callees.
@@ -29,7 +30,13 @@ ${SOURCE_HELP}
 
 Options:
   --sample-index TYPE  ${SAMPLE_INDEXES.join('|')} (default inuse_space)
-  -n, --count N        rows (default 10)
+  -n, --count N        rows (default 10; with --watch 20)
+  --watch [SECONDS]    a live endpoint's table, read and redrawn every SECONDS (default 2):
+                       in use now, peak since the watch began, growth per minute with its
+                       95 % interval over --window; keys on a terminal: s sort (growth, in
+                       use, peak), t sample type (inuse_space, inuse_objects, alloc_space),
+                       q quit; not on a terminal, one table per read
+  --window MINUTES     how far back --watch fits growth (default 5)
   --token T            bearer token for a URL (default: MIMALLOC_PPROF_TOKEN)
   --timeout D          how long to wait for a URL's answer (default 60s; 500ms, 10s, 2m)
   -h, --help           this help
@@ -104,10 +111,37 @@ export function printTop(profile: Profile, sampleIndex: SampleIndexName | number
 export const topCommand: Command = {
   summary: 'print the top allocation sites of a heap profile',
   async run(argv, io) {
-    const args = parseCommandArgs('top', argv, { 'sample-index': { type: 'string' }, count: { type: 'string', short: 'n' }, ...TOKEN_OPTION }, { min: 1, max: 1, names: 'one FILE' });
+    // --watch takes an optional number of seconds: `top --watch URL` is the URL, not the number
+    const w = argv.indexOf('--watch');
+    if (w >= 0 && !/^\d+(\.\d+)?$/.test(argv[w + 1] ?? '')) argv = [...argv.slice(0, w + 1), '2', ...argv.slice(w + 1)];
+    const args = parseCommandArgs(
+      'top',
+      argv,
+      { 'sample-index': { type: 'string' }, count: { type: 'string', short: 'n' }, watch: { type: 'string' }, window: { type: 'string' }, ...TOKEN_OPTION },
+      { min: 1, max: 1, names: 'one FILE' },
+    );
     if (!args) {
       io.out.write(TOP_HELP);
       return 0;
+    }
+    if (args.values.watch !== undefined) {
+      const seconds = Number(args.values.watch);
+      if (!(seconds >= 0.2 && seconds <= 3600)) throw new UsageError(`top: --watch takes seconds from 0.2 to 3600 (got ${String(args.values.watch)})`);
+      const windowArg = args.values.window;
+      const windowMin = windowArg === undefined ? 5 : Number(windowArg);
+      if (!(windowMin > 0 && windowMin <= 24 * 60)) throw new UsageError(`top: --window takes minutes, more than 0 and at most 1440 (got ${String(windowArg)})`);
+      const url = args.positionals[0]!;
+      if (!/^https?:\/\//i.test(url)) throw new UsageError('top: --watch reads a live endpoint: give its http(s)://…/debug/pprof/heap URL');
+      const { watch } = await import('./watch.js');
+      return watch({
+        url,
+        read: sourceArgs('top', args.values),
+        everyMs: seconds * 1000,
+        windowMs: windowMin * 60_000,
+        rows: countArg('top', args.values.count, 20),
+        out: io.out as NonNullable<Parameters<typeof watch>[0]['out']>,
+        input: process.stdin,
+      });
     }
     const index = sampleIndexArg('top', args.values['sample-index']);
     const n = countArg('top', args.values.count, 10);
