@@ -2,8 +2,9 @@
  * `mimalloc-pprof top --watch [SECONDS] URL`: a live table of a running service's memory by
  * function, from its /debug/pprof endpoint, redrawn every SECONDS (default 2).
  *
- * Each refresh reads one profile; the profiles of the last `window` seconds (default 5 min)
- * are fitted per function (src/profile/growth.ts: the least-squares slope with its 95 %
+ * Each refresh reads one profile; each sample is charged to the deepest JavaScript function of
+ * the program on its stack, else to its native allocation site (src/profile/holders.ts), and
+ * the profiles of the last `window` seconds (default 5 min) are fitted per function (src/profile/growth.ts: the least-squares slope with its 95 %
  * interval, the same fit as `growth`), so a row has the function's figure now, its peak since
  * the watch began, and its growth per minute with the interval. JavaScript functions are
  * `name file:line`. A profile of another process (the service restarted) starts the window
@@ -15,6 +16,7 @@ import type { Profile } from '../profile/model.js';
 import type { ReadOptions } from '../profile/files.js';
 
 import { growth, processInfo, type GrowthRow } from '../profile/growth.js';
+import { cutToProgramFunctions } from '../profile/holders.js';
 import { findSampleType } from '../profile/model.js';
 import { totalValue } from '../profile/top.js';
 import { readNamedProfile } from './args.js';
@@ -63,7 +65,7 @@ export class Watch {
       this.peaks.clear();
       this.peakTotal = 0;
     }
-    this.snapshots.push({ profile, at, process });
+    this.snapshots.push({ profile: cutToProgramFunctions(profile), at, process });
     this.snapshots = this.snapshots.filter((s) => s.at >= at - this.windowMs);
   }
 
@@ -83,6 +85,8 @@ export class Watch {
         this.snapshots.map((s, i) => ({ profile: s.profile, name: `#${i}` })),
         this.type,
       );
+      // each row a function holding memory: the deepest JavaScript function of the program on
+      // a sample's stack, else its native allocation site (the profiles are cut so, at add)
       rows = g.flat.map((r) => ({ ...r, peak: Math.max(this.peaks.get(`${this.type}\0${r.name}`) ?? 0, ...r.series) }));
       for (const r of rows) this.peaks.set(`${this.type}\0${r.name}`, r.peak);
       const times = g.times;
@@ -94,6 +98,7 @@ export class Watch {
     }
     this.peakTotal = Math.max(this.peakTotal, now);
     const key: Record<WatchSort, (r: GrowthRow & { peak: number }) => number> = { growth: (r) => r.bytesPerSecond, inuse: (r) => r.last, peak: (r) => r.peak };
+    rows = rows.filter((r) => r.last !== 0 || r.peak !== 0 || r.bytesPerSecond !== 0);
     rows.sort((a, b) => key[this.sort](b) - key[this.sort](a) || a.name.localeCompare(b.name));
     return { rows: rows.slice(0, n), total: { now, peak: this.peakTotal, ...(perMinute ? { perMinute } : {}) }, unit, ...(note ? { note } : {}) };
   }
@@ -121,7 +126,7 @@ function fitSlope(xs: number[], ys: number[]): [number, number, number] | undefi
 }
 
 function amount(v: number, unit: string): string {
-  return unit === 'bytes' ? humanBytes(v) : String(Math.round(v));
+  return unit === 'bytes' ? humanBytes(Math.round(v)) : String(Math.round(v));
 }
 
 function rate(v: number, unit: string): string {

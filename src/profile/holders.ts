@@ -42,3 +42,32 @@ export function holders(profile: Profile, sampleType: string, n: number): [strin
     .slice(0, n)
     .map((r) => [r.name, r.flat]);
 }
+
+/**
+ * The same profile with each sample's stack cut to start at its deepest JavaScript function of
+ * the program (in place): flat figures then say how much each such function holds, as
+ * `holders` ranks them, and growth's fit of flat rows gives each its slope and interval. A
+ * sample without one keeps its stack (its leaf is a native allocation site).
+ */
+export function cutToProgramFunctions(profile: Profile): Profile {
+  const str = (i: number | bigint) => profile.stringTable.strings[Number(i)] ?? '';
+  const fn = new Map(profile.function.map((f) => [Number(f.id), f]));
+  const locations = new Map(profile.location.map((l) => [Number(l.id), l]));
+  const program = new Map<number, boolean>();
+  const isProgramLocation = (id: number) => {
+    let v = program.get(id);
+    if (v === undefined) {
+      v = (locations.get(id)?.line ?? []).some((line) => {
+        const f = fn.get(Number(line.functionId));
+        return f !== undefined && isJavaScriptName(str(f.systemName)) && !str(f.filename).startsWith('node:') && !isProfilerScript(str(f.filename));
+      });
+      program.set(id, v);
+    }
+    return v;
+  };
+  for (const s of profile.sample) {
+    const at = s.locationId.findIndex((id) => isProgramLocation(Number(id)));
+    if (at > 0) s.locationId = s.locationId.slice(at);
+  }
+  return profile;
+}

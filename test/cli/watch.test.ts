@@ -36,24 +36,28 @@ after(() => {
 });
 
 test('in tmux: the growing function with file:line, its growth significant, the still one not; s, t and q', async () => {
-  assert.equal(tmux('new-session', '-d', '-s', 'w', '-x', '200', '-y', '50', `${process.execPath} ${cli} top --watch 1 ${url}; sleep 60`).status, 0);
+  assert.equal(tmux('new-session', '-d', '-s', 'w', '-x', '200', '-y', '50', `${process.execPath} ${cli} top --watch 1 ${url}; echo "watch ended: $?"; sleep 60`).status, 0);
   // a few reads: growth needs two, its interval three
   await waitFor(() => /window \d+ s, [4-9]\d* profiles|window \d+ s, \d{2,} profiles/.test(pane()), 30_000, `four profiles in the window:\n${pane()}`);
   const first = pane();
   assert.match(first, /^inuse_space: \S+ now, peak \S+, growth \+\S+\/min/m, first);
-  const grow = first.split('\n').find((l) => / growCache \S+growing-service\.cjs:\d+$/.test(l));
+  const grow = first.split('\n').find((l) => / growCache \S+growing-service\.cjs:\d+( |$)/.test(l));
   assert.ok(grow, `a row for growCache with its file:line:\n${first}`);
   assert.match(grow, /\+[\d.]+[KMG]iB +\[\+[\d.]+[KMG]iB, \+[\d.]+[KMG]iB\]\* /, `growCache grows, significantly: ${grow}`);
-  const still = first.split('\n').find((l) => / keepStartup \S+growing-service\.cjs:\d+$/.test(l));
-  if (still) assert.doesNotMatch(still, /\]\* /, `keepStartup does not grow: ${still}`);
   assert.match(first, /^sort: growth/m);
   tmux('send-keys', '-t', 'w', 's');
   await waitFor(() => /^sort: inuse/m.test(pane()), 10_000, `sort by in use:\n${pane()}`);
+  // the contrast: 8 MiB in use since the start, not growing
+  const byUse = pane();
+  const still = byUse.split('\n').find((l) => / keepStartup \S+growing-service\.cjs:\d+( |$)/.test(l));
+  assert.ok(still, `a row for keepStartup by in use:\n${byUse}`);
+  assert.match(still, /^\s+[\d.]+MiB /, `keepStartup holds MiBs: ${still}`);
+  assert.doesNotMatch(still, /\]\* /, `keepStartup does not grow: ${still}`);
   tmux('send-keys', '-t', 'w', 't');
   await waitFor(() => /^inuse_objects: /m.test(pane()), 10_000, `objects:\n${pane()}`);
   tmux('send-keys', '-t', 'w', 'q');
-  // q ends top: the pane's shell goes on to `sleep`, and top's table stays as it was drawn
-  await waitFor(() => spawnSync('pgrep', ['-f', `top --watch 1 ${url}`]).status !== 0, 10_000, 'top --watch ended on q');
+  // q ends top with status 0: the pane's shell goes on to say so
+  await waitFor(() => /^watch ended: 0$/m.test(pane()), 10_000, `top --watch ended on q:\n${pane()}`);
 });
 
 test('not on a terminal: one table per read, and SIGTERM ends it with status 0', async () => {
