@@ -17,8 +17,8 @@
  * ... from each start of its sampler (`sample_id`, the DevTools protocol's `ordinal`), so when
  * the arming comes right before the start on the same thread, an anchor's number is its
  * sample's ordinal. Each export also reads the Sample's `sample_id` (the word at
- * MP_ANCHOR_ID_OFFSET, through process_vm_readv: never a fault) so that the reader can check
- * both agree before it uses any anchor (a V8 with another layout then uses none).
+ * MP_ANCHOR_ID_OFFSET, through process_vm_readv: never a fault; read_word) so that the reader
+ * can check both agree before it uses any anchor (a V8 with another layout then uses none).
  *
  * Invariants:
  *  - anchors are made, forgotten and exported only on the arming thread (mp_tls.anchoring):
@@ -31,6 +31,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
+#include <mimalloc.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -255,6 +256,23 @@ int mi_prof_js_anchor_arm(void) {
   return armed;
 }
 
+/* The word at addr, never by a fault: process_vm_readv answers EFAULT for an address no longer
+ * mapped. Where that system call is not to be had (ENOSYS under qemu's user-mode emulator,
+ * EPERM in a sandbox), a block that lies in mimalloc's regions is mapped and is read as it is
+ * (an anchor's block is live unless its delete went another way; then it reads some other
+ * value, which the reader's check against V8's numbers catches). */
+static bool read_word(uintptr_t addr, uint64_t* out) {
+  int saved = errno;
+  struct iovec local = {out, sizeof(*out)}, remote = {(void*)addr, sizeof(*out)};
+  bool ok = process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)sizeof(*out);
+  if (!ok && (errno == ENOSYS || errno == EPERM) && mi_is_in_heap_region((const void*)addr)) {
+    memcpy(out, (const void*)addr, sizeof(*out));
+    ok = true;
+  }
+  errno = saved;
+  return ok;
+}
+
 /* Each anchor as [seq, the Sample's sample_id (UINT64_MAX: unreadable), perf map bytes, depth,
  * frames...]. */
 size_t mi_prof_js_anchors(uint64_t* out, size_t cap) {
@@ -269,8 +287,7 @@ size_t mi_prof_js_anchors(uint64_t* out, size_t cap) {
     size_t words = 4 + a->depth;
     if (out != NULL && need + words <= cap) {
       uint64_t id = UINT64_MAX;
-      struct iovec local = {&id, sizeof(id)}, remote = {(void*)(a->addr + MP_ANCHOR_ID_OFFSET), sizeof(id)};
-      if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != (ssize_t)sizeof(id)) id = UINT64_MAX;
+      if (!read_word(a->addr + MP_ANCHOR_ID_OFFSET, &id)) id = UINT64_MAX;
       out[need] = a->seq;
       out[need + 1] = id;
       out[need + 2] = a->jit_map_bytes;

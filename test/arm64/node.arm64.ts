@@ -110,3 +110,22 @@ describe('signals on arm64 Node 24', () => {
     assert.ok(decode(out).samples.some((s) => s.inuse >= 8 << 20), 'the 8 MiB buffer is in the profile');
   });
 });
+
+describe('the JavaScript heap on arm64 Node 24', () => {
+  // test/run/js-heap-inlined.test.ts on arm64: a Map kept by `remember`, which TurboFan
+  // inlines into `handle`; V8's samples take the native stacks where it took them
+  const share = (samples: DecodedSample[]) => {
+    const js = samples.filter((s) => s.heap === 'js');
+    const under = (name: string) => js.filter((s) => s.names.includes(name)).reduce((a, s) => a + s.inuse, 0);
+    return { handle: under('handle'), share: under('handle') > 0 ? under('remember') / under('handle') : 0 };
+  };
+
+  test("an inlined function's Map is under it (>= 90 %); V8's own stacks (MIMALLOC_PPROF_JS_ANCHORS=0) charge it to the caller", (t) => {
+    const on = share(profile('js-inlined-map.cjs', ['--interval', '64k']));
+    t.diagnostic(`under handle ${(on.handle / 1048576).toFixed(1)} MiB, ${(on.share * 100).toFixed(1)} % under remember`);
+    assert.ok(on.handle > 4 << 20 && on.share >= 0.9, `${(on.share * 100).toFixed(1)} % of ${on.handle}`);
+    const off = share(profile('js-inlined-map.cjs', ['--interval', '64k'], { MIMALLOC_PPROF_JS_ANCHORS: '0' }));
+    t.diagnostic(`control: ${(off.share * 100).toFixed(1)} %`);
+    assert.ok(off.share < 0.5, `control: ${(off.share * 100).toFixed(1)} %`);
+  });
+});
