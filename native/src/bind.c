@@ -97,25 +97,34 @@ static bool write_slot(uintptr_t* slot, uintptr_t value, uintptr_t relro_lo, uin
   return true;
 }
 
-static int bind_object(struct dl_phdr_info* info, size_t size, void* arg) {
-  (void)size;
-  bind_walk_t* w = arg;
+/* An object's PLT relocations, as its dynamic section gives them, and its RELRO pages. */
+typedef struct plt_s {
+  uintptr_t base;
+  const ElfW(Rela)* rel;
+  size_t count;
+  const ElfW(Sym)* syms;
+  const char* strtab;
+  uintptr_t relro_lo, relro_hi;
+  bool executable;
+} plt_t;
+
+static bool plt_of(const struct dl_phdr_info* info, plt_t* p) {
   uintptr_t base = info->dlpi_addr;
   const ElfW(Dyn)* dyn = NULL;
-  uintptr_t relro_lo = 0, relro_hi = 0;
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  *p = (plt_t){.base = base};
   for (int i = 0; i < info->dlpi_phnum; i++) {
     const ElfW(Phdr)* ph = &info->dlpi_phdr[i];
     if (ph->p_type == PT_DYNAMIC) dyn = (const ElfW(Dyn)*)(base + ph->p_vaddr);
     if (ph->p_type == PT_GNU_RELRO) { /* the loader protects whole pages only */
-      relro_lo = (base + ph->p_vaddr) & ~(uintptr_t)(page - 1);
-      relro_hi = (base + ph->p_vaddr + ph->p_memsz) & ~(uintptr_t)(page - 1);
+      p->relro_lo = (base + ph->p_vaddr) & ~(uintptr_t)(page - 1);
+      p->relro_hi = (base + ph->p_vaddr + ph->p_memsz) & ~(uintptr_t)(page - 1);
     }
   }
-  if (dyn == NULL || in_segments(info, w->self)) return 0;
+  if (dyn == NULL) return false;
   /* The first object dl_iterate_phdr reports is the executable (empty name). */
-  bool executable = info->dlpi_name == NULL || info->dlpi_name[0] == 0;
-  if (!executable && strstr(info->dlpi_name, "linux-vdso") != NULL) return 0;
+  p->executable = info->dlpi_name == NULL || info->dlpi_name[0] == 0;
+  if (!p->executable && strstr(info->dlpi_name, "linux-vdso") != NULL) return false;
   uintptr_t jmprel = 0, strtab = 0, symtab = 0;
   size_t pltrelsz = 0;
   ElfW(Sxword) pltrel = 0;
@@ -129,16 +138,33 @@ static int bind_object(struct dl_phdr_info* info, size_t size, void* arg) {
       default: break;
     }
   }
-  if (jmprel == 0 || strtab == 0 || symtab == 0 || pltrel != DT_RELA) return 0;
-  const ElfW(Rela)* rel = (const ElfW(Rela)*)jmprel;
-  const ElfW(Sym)* syms = (const ElfW(Sym)*)symtab;
-  for (size_t i = 0; i < pltrelsz / sizeof(*rel); i++) {
-    if (ELF64_R_TYPE(rel[i].r_info) != MP_JUMP_SLOT) continue;
-    const ElfW(Sym)* sym = &syms[ELF64_R_SYM(rel[i].r_info)];
-    ptrdiff_t k = find_name(w, (const char*)(strtab + sym->st_name));
+  if (jmprel == 0 || strtab == 0 || symtab == 0 || pltrel != DT_RELA) return false;
+  p->rel = (const ElfW(Rela)*)jmprel;
+  p->count = pltrelsz / sizeof(*p->rel);
+  p->syms = (const ElfW(Sym)*)symtab;
+  p->strtab = (const char*)strtab;
+  return true;
+}
+
+/* The name of PLT relocation i, or NULL when it is not a JUMP_SLOT. */
+static const char* slot_name(const plt_t* p, size_t i) {
+  if (ELF64_R_TYPE(p->rel[i].r_info) != MP_JUMP_SLOT) return NULL;
+  return p->strtab + p->syms[ELF64_R_SYM(p->rel[i].r_info)].st_name;
+}
+
+static int bind_object(struct dl_phdr_info* info, size_t size, void* arg) {
+  (void)size;
+  bind_walk_t* w = arg;
+  plt_t p;
+  if (in_segments(info, w->self) || !plt_of(info, &p)) return 0;
+  bool executable = p.executable;
+  uintptr_t relro_lo = p.relro_lo, relro_hi = p.relro_hi;
+  for (size_t i = 0; i < p.count; i++) {
+    const char* name = slot_name(&p, i);
+    ptrdiff_t k = name == NULL ? -1 : find_name(w, name);
     if (k < 0) continue;
     const mp_direct_t* n = &w->names[k];
-    uintptr_t* slot = (uintptr_t*)(base + rel[i].r_offset);
+    uintptr_t* slot = (uintptr_t*)(p.base + p.rel[i].r_offset);
     uintptr_t now = __atomic_load_n(slot, __ATOMIC_RELAXED);
     uintptr_t from = (uintptr_t)(w->watching ? n->exported : n->watching);
     uintptr_t to = (uintptr_t)(w->watching ? n->watching : n->exported);
@@ -191,45 +217,17 @@ static int bind_one_object(struct dl_phdr_info* info, size_t size, void* arg) {
   (void)size;
   bind_one_t* w = arg;
   if (!in_segments(info, w->in_object) || in_segments(info, w->self)) return 0;
-  uintptr_t base = info->dlpi_addr;
-  const ElfW(Dyn)* dyn = NULL;
-  uintptr_t relro_lo = 0, relro_hi = 0;
-  size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  for (int i = 0; i < info->dlpi_phnum; i++) {
-    const ElfW(Phdr)* ph = &info->dlpi_phdr[i];
-    if (ph->p_type == PT_DYNAMIC) dyn = (const ElfW(Dyn)*)(base + ph->p_vaddr);
-    if (ph->p_type == PT_GNU_RELRO) {
-      relro_lo = (base + ph->p_vaddr) & ~(uintptr_t)(page - 1);
-      relro_hi = (base + ph->p_vaddr + ph->p_memsz) & ~(uintptr_t)(page - 1);
-    }
-  }
-  if (dyn == NULL) return 1;
-  bool executable = info->dlpi_name == NULL || info->dlpi_name[0] == 0;
-  uintptr_t jmprel = 0, strtab = 0, symtab = 0;
-  size_t pltrelsz = 0;
-  ElfW(Sxword) pltrel = 0;
-  for (const ElfW(Dyn)* d = dyn; d->d_tag != DT_NULL; d++) {
-    switch (d->d_tag) {
-      case DT_JMPREL: jmprel = dyn_ptr(d->d_un.d_ptr, base); break;
-      case DT_PLTRELSZ: pltrelsz = d->d_un.d_val; break;
-      case DT_PLTREL: pltrel = (ElfW(Sxword))d->d_un.d_val; break;
-      case DT_STRTAB: strtab = dyn_ptr(d->d_un.d_ptr, base); break;
-      case DT_SYMTAB: symtab = dyn_ptr(d->d_un.d_ptr, base); break;
-      default: break;
-    }
-  }
-  if (jmprel == 0 || strtab == 0 || symtab == 0 || pltrel != DT_RELA) return 1;
-  const ElfW(Rela)* rel = (const ElfW(Rela)*)jmprel;
-  const ElfW(Sym)* syms = (const ElfW(Sym)*)symtab;
-  for (size_t i = 0; i < pltrelsz / sizeof(*rel); i++) {
-    if (ELF64_R_TYPE(rel[i].r_info) != MP_JUMP_SLOT) continue;
-    if (strcmp((const char*)(strtab + syms[ELF64_R_SYM(rel[i].r_info)].st_name), w->name) != 0) continue;
-    uintptr_t* slot = (uintptr_t*)(base + rel[i].r_offset);
+  plt_t p;
+  if (!plt_of(info, &p)) return 1;
+  for (size_t i = 0; i < p.count; i++) {
+    const char* name = slot_name(&p, i);
+    if (name == NULL || strcmp(name, w->name) != 0) continue;
+    uintptr_t* slot = (uintptr_t*)(p.base + p.rel[i].r_offset);
     uintptr_t now = __atomic_load_n(slot, __ATOMIC_RELAXED);
     bool ours = false;
     for (size_t k = 0; k < w->nfrom; k++) ours = ours || now == (uintptr_t)w->from[k];
-    if (!ours && executable && in_segments(info, now)) ours = w->global == w->from[0]; /* a lazy stub */
-    if (ours && write_slot(slot, (uintptr_t)w->to, relro_lo, relro_hi)) w->rewritten++;
+    if (!ours && p.executable && in_segments(info, now)) ours = w->global == w->from[0]; /* a lazy stub */
+    if (ours && write_slot(slot, (uintptr_t)w->to, p.relro_lo, p.relro_hi)) w->rewritten++;
   }
   return 1; /* the one object: the walk ends here */
 }
