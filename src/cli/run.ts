@@ -4,6 +4,8 @@
  * several, the top in-use sites and JavaScript functions of the process that used the most,
  * and where each profile went. Exits with the program's own status.
  */
+import { randomBytes } from 'node:crypto';
+
 import { UsageError } from '../errors.js';
 import { parseServeAddress } from '../http/serve-address.js';
 import type { RunOptions } from '../run/index.js';
@@ -66,6 +68,10 @@ Options:
                       and an HTML report are written as usual
   --max-peak SIZE     the same for the high-water mark of the in-use memory (implies --peak:
                       the profile written is the peak's); one budget per run
+  --live              Node: a live table of CMD's memory by function while it runs (top
+                      --watch on its endpoints: --serve on a free loopback port with a token
+                      of its own); on a terminal CMD's output goes to FILE with .log for its
+                      extension meanwhile; Ctrl-C goes to CMD, q closes the table
   --no-profile        only run CMD on mimalloc (no profiling)
   -h, --help          this help
 `;
@@ -81,7 +87,7 @@ const VALUE_OPTIONS = new Set(['--out', '--format', '--interval', '--seed', '--b
 
 export function parseRunArgs(argv: string[]): CliRunOptions | 'help' {
   const opts: CliRunOptions = { out: 'mimalloc-pprof.pb.gz', format: 'proto', btMax: 64, top: 10, profile: true, gc: true, jsHeap: true, command: [] };
-  const split = splitCommandLine('run', argv, new Set(['--no-profile', '--no-gc', '--no-js-heap', '--main-only', '--html', '--peak', '--no-cmdline']), VALUE_OPTIONS);
+  const split = splitCommandLine('run', argv, new Set(['--no-profile', '--no-gc', '--no-js-heap', '--main-only', '--html', '--peak', '--no-cmdline', '--live']), VALUE_OPTIONS);
   if (split === 'help') return 'help';
   for (const [name, value] of split.options) {
     if (value === true) {
@@ -91,6 +97,7 @@ export function parseRunArgs(argv: string[]): CliRunOptions | 'help' {
       else if (name === '--html') opts.html = true;
       else if (name === '--peak') opts.peak = true;
       else if (name === '--no-cmdline') opts.cmdline = false;
+      else if (name === '--live') opts.live = {};
       else opts.profile = false; // --no-profile
       continue;
     }
@@ -144,6 +151,13 @@ export function parseRunArgs(argv: string[]): CliRunOptions | 'help' {
   if (opts.serveToken !== undefined && opts.serve === undefined) throw new UsageError('run: --token goes with --serve');
   if (opts.serve !== undefined && opts.serveToken === undefined && process.env.MIMALLOC_PPROF_TOKEN) opts.serveToken = process.env.MIMALLOC_PPROF_TOKEN;
   if (opts.serve !== undefined && !opts.profile) throw new UsageError('run: --serve needs the profiler (not --no-profile)');
+  if (opts.live) {
+    if (!opts.profile) throw new UsageError('run: --live needs the profiler (not --no-profile)');
+    if (opts.serve !== undefined) throw new UsageError('run: --live serves on a port of its own: leave out --serve');
+    opts.serve = '127.0.0.1:0';
+    opts.serveToken = randomBytes(18).toString('base64url');
+    if (process.stdout.isTTY) opts.live.log = `${opts.out.replace(/\.(pb\.gz|pb|pprof|heap|txt)$/i, '')}.log`;
+  }
   if (opts.command.length === 0) throw new UsageError('run: no command given (mimalloc-pprof run [options] -- CMD ARGS…)');
   return opts;
 }

@@ -37,6 +37,12 @@ export interface WatchOptions {
   input?: NodeJS.ReadStream;
   /** Stop after this many refreshes (tests); default: until q, Ctrl-C or SIGTERM. */
   refreshes?: number;
+  /** Ends the watch (run --live: the program ended). */
+  signal?: AbortSignal;
+  /** What Ctrl-C does instead of ending the watch (run --live: SIGINT to the program). */
+  interrupt?: () => void;
+  /** A line above the table. */
+  banner?: string;
 }
 
 interface Snapshot {
@@ -164,14 +170,17 @@ export async function watch(opts: WatchOptions): Promise<number> {
   const input = opts.input;
   let stop: () => void = () => {};
   const stopped = new Promise<void>((resolve) => (stop = resolve));
+  opts.signal?.addEventListener('abort', () => stop());
+  if (opts.signal?.aborted) stop();
   const redraw = () => {
     const rows = tty && opts.out.rows ? Math.max(3, Math.min(opts.rows, opts.out.rows - 10)) : opts.rows;
-    const text = render(w, opts.url, rows, tty && opts.out.columns ? opts.out.columns : 160);
+    const text = (opts.banner ? `${opts.banner}\n` : '') + render(w, opts.url, rows, tty && opts.out.columns ? opts.out.columns : 160);
     opts.out.write(tty ? `\x1b[H\x1b[2J${text}` : `${text}\n`);
   };
   const onKey = (data: Buffer) => {
     const k = data.toString('utf8');
-    if (k === 'q' || k === '\x03') stop();
+    if (k === '\x03' && opts.interrupt) opts.interrupt();
+    else if (k === 'q' || k === '\x03') stop();
     else if (k === 's') {
       w.sort = SORTS[(SORTS.indexOf(w.sort) + 1) % SORTS.length]!;
       redraw();

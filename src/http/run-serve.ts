@@ -4,6 +4,9 @@
  * HOST:PORT (default host 127.0.0.1), with MIMALLOC_PPROF_SERVE_TOKEN as the bearer token when
  * set. One line on stderr says where; the server does not keep the program alive.
  */
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
 import { parseServeAddress } from './serve-address.js';
 import { serve } from './serve.js';
 
@@ -14,5 +17,8 @@ export async function startRunServe(spec: string, env: NodeJS.ProcessEnv = proce
   if (typeof address === 'string') throw new Error(address);
   const token = env.MIMALLOC_PPROF_SERVE_TOKEN || undefined;
   const s = await serve({ host: address.host, port: address.port, ...(token ? { authToken: token } : {}) });
-  process.stderr.write(`mimalloc-pprof: serving ${s.url} (pid ${process.pid})\n`);
+  // `run --live` reads where from the run's folder (0600, as everything there)
+  const dir = env.MIMALLOC_PPROF_RUN_DIR;
+  if (dir) writeFileSync(join(dir, `serve.${process.pid}.json`), JSON.stringify({ url: s.url }), { mode: 0o600 });
+  if (env.MIMALLOC_PPROF_LIVE !== '1') process.stderr.write(`mimalloc-pprof: serving ${s.url} (pid ${process.pid})\n`);
 }

@@ -11,7 +11,7 @@
  * symbolised here, in this process, and written next to `out`.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { accessSync, chmodSync, copyFileSync, constants as fsConstants, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { accessSync, chmodSync, closeSync, copyFileSync, constants as fsConstants, existsSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { constants as osConstants, tmpdir } from 'node:os';
 import { basename, dirname, extname, join, resolve } from 'node:path';
 import { debuglog } from 'node:util';
@@ -58,6 +58,10 @@ export interface RunOptions {
   serve?: string;
   /** The bearer token the endpoints of `serve` require. */
   serveToken?: string;
+  /** `run --live`: a live table of the program's memory (src/cli/watch.ts) while it runs, read
+   * from its endpoints (`serve` on a free loopback port with a token of the run's own). On a
+   * terminal the program's output goes to `liveLog` meanwhile. */
+  live?: { log?: string };
 }
 
 /** One process of the run. */
@@ -253,6 +257,7 @@ function programEnv(opts: RunOptions, runDir: string, isNode: boolean): NodeJS.P
     if (!opts.jsHeap) env.MIMALLOC_PPROF_JS_HEAP = '0';
     if (opts.serve !== undefined) env.MIMALLOC_PPROF_SERVE = opts.serve;
     if (opts.serveToken !== undefined) env.MIMALLOC_PPROF_SERVE_TOKEN = opts.serveToken;
+    if (opts.live) env.MIMALLOC_PPROF_LIVE = '1';
     if (opts.mainOnly && !isNode) return env;
     const hook = unsplittable(EXIT_HOOK, runDir);
     env.NODE_OPTIONS = [env.NODE_OPTIONS, '--perf-basic-prof', '--interpreted-frames-native-stack', `--require=${hook}`]
@@ -296,7 +301,7 @@ function denoArgs(args: string[], runDir: string, lib: string, env: NodeJS.Proce
 }
 
 /** Starts the program, passes signals on to it, and resolves when it ends. */
-async function launch(file: string, args: string[], argv0: string, env: NodeJS.ProcessEnv) {
+async function launch(file: string, args: string[], argv0: string, env: NodeJS.ProcessEnv, log?: number) {
   // Passed on, so that `kill -INT <run>` and a container's SIGTERM reach the program; a
   // Ctrl-C that reaches both is delivered to the program once (native/src/signals.c). The
   // listeners come first: a fast program can be running, and signalled, before spawn returns.
@@ -310,7 +315,7 @@ async function launch(file: string, args: string[], argv0: string, env: NodeJS.P
     process.on(signal, forward);
     return [signal, forward] as const;
   });
-  child = spawn(file, args, { stdio: 'inherit', env, argv0 });
+  child = spawn(file, args, { stdio: log === undefined ? 'inherit' : ['inherit', log, log], env, argv0 });
   for (const signal of pending) child.kill(signal);
   const ended = await new Promise<{ code: number | null; signal: NodeJS.Signals | null } | Error>((done) => {
     child.once('error', (e) => done(e));
@@ -340,6 +345,46 @@ export function whyNoProfile(cmd: string, code: number | null, signal: NodeJS.Si
   );
 }
 
+/**
+ * `run --live`: waits for the program's endpoints (the URL its serve writes into the run's
+ * folder), then shows the live table (src/cli/watch.ts) on stdout until the program ends or
+ * `q`. A Ctrl-C in the table goes to the program as SIGINT, as it would without the table.
+ */
+async function startLive(runDir: string, token: string | undefined, log: string | undefined, running: Promise<{ pid: number }>): Promise<void> {
+  const controller = new AbortController();
+  let ended = false;
+  void running.then(() => {
+    ended = true;
+    controller.abort();
+  });
+  let url: string | undefined;
+  while (!ended && url === undefined) {
+    const found = readdirSync(runDir).find((f) => /^serve\.\d+\.json$/.test(f));
+    if (found) {
+      try {
+        url = (JSON.parse(readFileSync(join(runDir, found), 'utf8')) as { url: string }).url;
+      } catch {
+        url = undefined; // written a moment from now
+      }
+    }
+    if (url === undefined) await new Promise((r) => setTimeout(r, 100));
+  }
+  if (url === undefined) return;
+  const { watch } = await import('../cli/watch.js');
+  await watch({
+    url: `${url}heap`,
+    read: token ? { token, timeoutMs: 10_000 } : { timeoutMs: 10_000 },
+    everyMs: 1000,
+    windowMs: 5 * 60_000,
+    rows: 20,
+    out: process.stdout,
+    input: process.stdin,
+    signal: controller.signal,
+    interrupt: () => void process.emit('SIGINT' as never),
+    ...(log ? { banner: `the program's output goes to ${log} while this table is shown` } : {}),
+  });
+}
+
 /** `out` with .<pid>.<n> before its extension, as gzipped proto: one profile of a series. */
 export function seriesPath(out: string, pid: number, n: number): string {
   return `${out.replace(/\.(pb\.gz|pb|pprof|heap|txt)$/i, '')}.${pid}.${n}.pb.gz`;
@@ -357,7 +402,8 @@ export async function runProgram(opts: RunOptions): Promise<RunResult> {
   startWatchdog(runDir);
   try {
     const found = which(cmd, process.env);
-    const env = programEnv(opts, runDir, found !== undefined && isNodeProgram(found));
+    const nodeProgram = found !== undefined && isNodeProgram(found);
+    const env = programEnv(opts, runDir, nodeProgram);
     // as npx would: the package binaries on PATH for what the program starts
     if (followed) env.PATH = [followed.binDir, env.PATH].filter(Boolean).join(':');
     const file = which(cmd, env);
@@ -375,11 +421,16 @@ export async function runProgram(opts: RunOptions): Promise<RunResult> {
     const startedUnixMs = Date.now();
     debug('spawn at %s ms after run started', performance.now().toFixed(0));
     // spawned before the first await; the naming code loads while the program runs
-    const running = launch(launched, launchArgs, deno ? 'deno' : cmd, env);
+    const logFd = opts.live?.log !== undefined ? openSync(opts.live.log, 'w', 0o600) : undefined;
+    const running = launch(launched, launchArgs, deno ? 'deno' : cmd, env, logFd);
+    if (logFd !== undefined) closeSync(logFd);
+    if (opts.live && !nodeProgram) process.stderr.write(`mimalloc-pprof: --live shows Node programs' endpoints; ${cmd} is not one: its profile is written at its end\n`);
+    const live = opts.live && nodeProgram ? startLive(runDir, opts.serveToken, opts.live.log, running) : undefined;
     const post = await import('./post.js');
     const copies = post.watchCodeCopies(runDir, opts.profile);
     const series = opts.profile && opts.every !== undefined ? post.startSeries(opts, runDir, copies) : undefined;
     const { pid: mainPid, ended } = await running;
+    await live;
     copies.stop();
     const written = series?.stop() ?? [];
     if (ended instanceof Error) {

@@ -7,6 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 
@@ -78,4 +79,19 @@ test('--watch needs a URL; its seconds are checked', () => {
   const s = spawnSync(process.execPath, [cli, 'top', '--watch', '0', url], { encoding: 'utf8' });
   assert.equal(s.status, 2);
   assert.match(s.stderr, /--watch takes seconds/);
+});
+
+test('run --live in tmux: the table while the program runs, its output in FILE.log, Ctrl-C ends the program and the profile is written', async () => {
+  const dir = tempDir('mpp-live-');
+  const out = join(dir, 'live.pb.gz');
+  const cmd = `cd ${dir} && ${process.execPath} ${cli} run --live --out ${out} -- ${process.execPath} ${fixture}; echo "run ended: $?"; sleep 60`;
+  assert.equal(tmux('new-session', '-d', '-s', 'live', '-x', '200', '-y', '50', cmd).status, 0);
+  const live = () => tmux('capture-pane', '-p', '-t', 'live').stdout;
+  await waitFor(() => / growCache \S+growing-service\.cjs:\d+/.test(live()) && /window \d+ s, [3-9] profiles|window \d+ s, \d{2,} profiles/.test(live()), 30_000, `the live table:\n${live()}`);
+  assert.match(live(), new RegExp(`^the program's output goes to ${join(dir, 'live.log').replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')} while this table is shown$`, 'm'));
+  tmux('send-keys', '-t', 'live', 'C-c');
+  // SIGINT to the program: 130, as without run; its profile written
+  await waitFor(() => /^run ended: 130$/m.test(live()), 30_000, `run ended on Ctrl-C:\n${live()}`);
+  assert.ok(existsSync(out), live());
+  assert.match(readFileSync(join(dir, 'live.log'), 'utf8'), /^ready$/m);
 });
