@@ -20,18 +20,28 @@ export function holders(profile: Profile, sampleType: string, n: number): [strin
   const locations = new Map(profile.location.map((l) => [Number(l.id), l]));
   const program = (f: (typeof profile.function)[number] | undefined) =>
     f !== undefined && isJavaScriptName(str(f.systemName)) && !str(f.filename).startsWith('node:') && !isProfilerScript(str(f.filename));
+  // the profiler's own work (this package's scripts and its codec, pprof-format) is nobody's
+  const own = (f: (typeof profile.function)[number] | undefined) =>
+    f !== undefined && isJavaScriptName(str(f.systemName)) && (isProfilerScript(str(f.filename)) || str(f.filename).includes('/node_modules/pprof-format/'));
   const by = new Map<string, number>();
   for (const s of profile.sample) {
+    // from the leaf: the profiler's own frame first means the profiler's work (skipped); a
+    // program's frame first, the program's (which a test may have called from memoryBudget)
     let found: string | undefined;
+    let profilers = false;
     for (const id of s.locationId) {
       for (const line of locations.get(Number(id))?.line ?? []) {
         const f = fn.get(Number(line.functionId));
+        if (own(f)) {
+          profilers = true;
+          break;
+        }
         if (program(f)) {
           found = str(f!.filename) ? `${str(f!.name)} ${str(f!.filename)}:${Number(f!.startLine)}` : str(f!.name);
           break;
         }
       }
-      if (found !== undefined) break;
+      if (found !== undefined || profilers) break;
     }
     if (found !== undefined) by.set(found, (by.get(found) ?? 0) + Number(s.value[at] ?? 0));
   }

@@ -74,6 +74,15 @@ function decode(buf: Buffer): Profile {
   return Profile.decode(buf[0] === 0x1f ? gunzipSync(buf) : buf);
 }
 
+/** Waits until the live bytes change by less than 4 KiB over 20 ms, ten tries at most. */
+async function settled(): Promise<void> {
+  for (let i = 0; i < 10; i++) {
+    const a = memoryEvents.snapshot().liveBytes;
+    await new Promise((r) => setTimeout(r, 20));
+    if (Math.abs(memoryEvents.snapshot().liveBytes - a) < 4096) return;
+  }
+}
+
 /**
  * Runs `fn` (awaited) and checks what it allocated and kept against `limits`; returns the
  * figures. Throws an AssertionError naming the functions over a limit.
@@ -92,10 +101,14 @@ export async function memoryBudget(fn: () => unknown, limits: MemoryLimits): Pro
   const eventsWere = memoryEvents.isEnabled();
   if (!eventsWere) memoryEvents.enable();
   try {
-    // the names' first profile before the collections: its own garbage goes in them
-    const profileBefore = await profiler.profile({ jsHeap: false });
+    // the names' first profile, decoded, before the collections: its own garbage goes in
+    // them, and decoding it later would show in the second
+    const profileBefore = decode(await profiler.profile({ jsHeap: false }));
     gc();
     gc();
+    // the counts are process-wide: the profiler's worker may still be freeing what it used
+    // for that profile; the window opens once the live bytes hold still (at most ~0.2 s)
+    await settled();
     const jsBefore = process.memoryUsage().heapUsed;
     const nativeBefore = memoryEvents.snapshot();
     await fn();
@@ -109,10 +122,14 @@ export async function memoryBudget(fn: () => unknown, limits: MemoryLimits): Pro
     if (allowed.retained !== undefined && used.retained > allowed.retained) over.push({ what: 'retained', sampleType: 'inuse_space' });
     if (allowed.jsRetained !== undefined && used.jsRetained > allowed.jsRetained) over.push({ what: 'jsRetained', sampleType: 'inuse_space' });
     if (over.length === 0) return used;
-    const change = diff(decode(profileBefore), decode(await profiler.profile({ jsHeap: false })));
+    const change = diff(profileBefore, decode(await profiler.profile({ jsHeap: false })));
+    const interval = profiler.stats().sampleInterval;
     const lines = over.map(({ what, sampleType }) => {
       const named = holders(change, sampleType, 3);
-      const who = named.length > 0 ? `; most under: ${named.map(([n, b]) => `${n} (${human(b)})`).join(', ')}` : '';
+      const who =
+        named.length > 0
+          ? `; most under: ${named.map(([n, b]) => `${n} (${human(b)})`).join(', ')}`
+          : `; no sample of the profiler landed in it to name a function (its interval is ${human(interval)}: a smaller one, e.g. run --interval 64k, names smaller figures)`;
       return `${what} ${human(used[what])} > ${human(allowed[what]!)}${who}`;
     });
     throw new AssertionError({ message: `memoryBudget: ${lines.join('; ')}`, actual: used, expected: allowed, operator: 'memoryBudget' });

@@ -19,23 +19,42 @@ const fixture = join(root, 'test', 'testing', 'fixtures', 'leaky.test.mjs');
 const env = (drop: string[] = []) => Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'NODE_TEST_CONTEXT' && !drop.includes(k)));
 
 test('memoryBudget under run -- node --test: the 1 MiB leak fails with its figure and function; the control passes', (t) => {
-  const r = spawnSync(process.execPath, [cli, 'run', '--top', '0', '--out', join(tempDir('mpp-budget-'), 'p.pb.gz'), '--', process.execPath, '--test', '--test-reporter', 'tap', fixture], {
+  // at run's 64 KiB interval the 1 MiB leak has ~16 samples to name it by (at 512 KiB, ~2)
+  const r = spawnSync(process.execPath, [cli, 'run', '--interval', '64k', '--top', '0', '--out', join(tempDir('mpp-budget-'), 'p.pb.gz'), '--', process.execPath, '--test', '--test-reporter', 'tap', fixture], {
     encoding: 'utf8',
     cwd: root,
     env: env(),
     timeout: 120_000,
   });
-  const out = r.stdout;
-  const failure = /error: 'memoryBudget: retained ([\d.]+)MiB > 256\.0KiB; most under: (\S+) (\S+):(\d+)/.exec(out);
+  checkLeakCaught(t, r.stdout);
+});
+
+/** The fixture's output: the leak caught with its figure and function, the control passed. */
+function checkLeakCaught(t: { diagnostic(s: string): void }, out: string): void {
+  const failure = /error: 'memoryBudget: retained ([\d.]+)(KiB|MiB) > 256\.0KiB; most under: (\S+) (\S+):(\d+)/.exec(out);
   assert.ok(failure, out);
   t.diagnostic(failure[0]);
-  assert.ok(Number(failure[1]) >= 1 && Number(failure[1]) <= 1.5, `retained ${failure[1]} MiB for 1 MiB kept`);
-  assert.equal(failure[2], 'rememberPayloads');
-  assert.equal(failure[3], fixture);
+  // 1 MiB and V8's record of each buffer (1.13 MiB alone); the counts are process-wide, so
+  // what the runner's other threads free or keep meanwhile moves it by some 100 KiB
+  const mib = Number(failure[1]) / (failure[2] === 'KiB' ? 1024 : 1);
+  assert.ok(mib >= 0.85 && mib <= 1.5, `retained ${mib.toFixed(2)} MiB for 1 MiB kept`);
+  assert.equal(failure[3], 'rememberPayloads');
+  assert.equal(failure[4], fixture);
   assert.match(out, /^not ok 1 - leaky: keeps 1 MiB$/m);
   assert.match(out, /^ok 2 - control: drops what it handles$/m);
   const cost = /BUDGET .* with ([\d.]+) ms, alone ([\d.]+) ms/.exec(out);
   if (cost) t.diagnostic(`memoryBudget around a 1024-buffer loop: ${cost[1]} ms, the loop alone ${cost[2]} ms`);
+}
+
+test('memoryBudget with the preload set by hand (LD_PRELOAD and NODE_OPTIONS, no run): the same', (t) => {
+  const lib = spawnSync(process.execPath, [cli, 'lib'], { encoding: 'utf8' }).stdout.trim();
+  const r = spawnSync(process.execPath, ['--test', '--test-reporter', 'tap', fixture], {
+    encoding: 'utf8',
+    cwd: root,
+    env: { ...env(['MIMALLOC_PROF']), LD_PRELOAD: lib, NODE_OPTIONS: '--perf-basic-prof --interpreted-frames-native-stack' },
+    timeout: 120_000,
+  });
+  checkLeakCaught(t, r.stdout);
 });
 
 test('without the preload: one line that says how to run it', () => {
