@@ -17,8 +17,8 @@
  * ... from each start of its sampler (`sample_id`, the DevTools protocol's `ordinal`), so when
  * the arming comes right before the start on the same thread, an anchor's number is its
  * sample's ordinal. Each export also reads the Sample's `sample_id` (the word at
- * MP_ANCHOR_ID_OFFSET, through process_vm_readv: never a fault; read_word) so that the reader
- * can check both agree before it uses any anchor (a V8 with another layout then uses none).
+ * MP_ANCHOR_ID_OFFSET, through a pipe: never a fault; read_word) so that the reader can check
+ * both agree before it uses any anchor (a V8 with another layout then uses none).
  *
  * Invariants:
  *  - anchors are made, forgotten and exported only on the arming thread (mp_tls.anchoring):
@@ -31,18 +31,18 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
-#include <mimalloc.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "cancel.h"
 #include "internal.h"
 
 #define SAMPLE_OBJECT "_ZN2v88internal20SamplingHeapProfiler12SampleObjectEmm"
-#define ANCHORS_MAX (1u << 18)
+/* at most this many live anchors (1 KiB each with their 128 frames: 32 MiB): as many live
+ * samples as a JavaScript heap of 16 GiB has at the default interval */
+#define ANCHORS_MAX (1u << 15)
 #define CHUNK_ANCHORS 64u
 
 mp_anchor_site_t mp_anchor_site; /* len 0: not armed */
@@ -140,24 +140,28 @@ static bool index_insert(anchor_t* a) {
 mp_noinline void* mp_anchor_new_slow(size_t n, void* ra) {
   mp_thread_t* t = &mp_tls;
   caller_t c = CALLER_OF(__builtin_frame_address(0), ra);
+  /* Numbered first, whatever comes of it: V8 numbered this sample before it asked, so an
+   * anchor dropped below must not shift the numbers of the ones after it. */
+  uint64_t seq = ++made;
   void* p = mp_entry_new(n); /* the program's request, served (and sampled) as any other */
-  if (p == NULL || t->in_profiler) return p;
+  if (p == NULL) return p;
+  int saved = errno; /* the request succeeded: the bookkeeping's system calls are not its */
   /* A block of the size whose anchor was not forgotten (its delete came another way) is no
    * Sample any more: its anchor goes. */
   index_remove((uintptr_t)p);
-  anchor_t* a = live < ANCHORS_MAX ? anchor_take() : NULL;
-  if (a == NULL) {
-    dropped++;
-    return p;
+  anchor_t* a = live < ANCHORS_MAX && !t->in_profiler ? anchor_take() : NULL;
+  if (a != NULL) {
+    a->addr = (uintptr_t)p;
+    a->seq = seq;
+    a->depth = mp_sample_capture(a->frames, frames_max, &c, 0);
+    a->jit_map_bytes = mp_jit_map_bytes();
+    if (!index_insert(a)) {
+      anchor_give(a);
+      a = NULL;
+    }
   }
-  a->addr = (uintptr_t)p;
-  a->seq = ++made;
-  a->depth = mp_sample_capture(a->frames, frames_max, &c, 0);
-  a->jit_map_bytes = mp_jit_map_bytes();
-  if (!index_insert(a)) {
-    anchor_give(a);
-    dropped++;
-  }
+  if (a == NULL) dropped++;
+  errno = saved;
   return p;
 }
 
@@ -256,21 +260,13 @@ int mi_prof_js_anchor_arm(void) {
   return armed;
 }
 
-/* The word at addr, never by a fault: process_vm_readv answers EFAULT for an address no longer
- * mapped. Where that system call is not to be had (ENOSYS under qemu's user-mode emulator,
- * EPERM in a sandbox), a block that lies in mimalloc's regions is mapped and is read as it is
- * (an anchor's block is live unless its delete went another way; then it reads some other
- * value, which the reader's check against V8's numbers catches). */
-static bool read_word(uintptr_t addr, uint64_t* out) {
-  int saved = errno;
-  struct iovec local = {out, sizeof(*out)}, remote = {(void*)addr, sizeof(*out)};
-  bool ok = process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)sizeof(*out);
-  if (!ok && (errno == ENOSYS || errno == EPERM) && mi_is_in_heap_region((const void*)addr)) {
-    memcpy(out, (const void*)addr, sizeof(*out));
-    ok = true;
-  }
-  errno = saved;
-  return ok;
+/* The word at addr, never by a fault: written from there into a pipe, which fails with EFAULT
+ * where nothing readable is mapped (a stale anchor's block given back, or guarded), then read
+ * back. Plain write and read: no system call a sandbox would deny that the program's own I/O
+ * does not make (process_vm_readv is in systemd's @debug set, which hardened services kill). */
+static bool read_word(const int pipe_fds[2], uintptr_t addr, uint64_t* out) {
+  if (write(pipe_fds[1], (const void*)addr, sizeof(*out)) != (ssize_t)sizeof(*out)) return false;
+  return read(pipe_fds[0], out, sizeof(*out)) == (ssize_t)sizeof(*out);
 }
 
 /* Each anchor as [seq, the Sample's sample_id (UINT64_MAX: unreadable), perf map bytes, depth,
@@ -281,13 +277,17 @@ size_t mi_prof_js_anchors(uint64_t* out, size_t cap) {
     return 0;
   }
   size_t need = 0;
+  int saved = errno;
+  int fds[2] = {-1, -1};
+  /* close-on-exec, closed before this returns: no child ever sees them */
+  bool piped = out != NULL && pipe2(fds, O_CLOEXEC) == 0;
   for (size_t i = 0; i < index_cap; i++) {
     const anchor_t* a = index_slots[i];
     if (a == NULL) continue;
     size_t words = 4 + a->depth;
     if (out != NULL && need + words <= cap) {
       uint64_t id = UINT64_MAX;
-      if (!read_word(a->addr + MP_ANCHOR_ID_OFFSET, &id)) id = UINT64_MAX;
+      if (!piped || !read_word(fds, a->addr + MP_ANCHOR_ID_OFFSET, &id)) id = UINT64_MAX;
       out[need] = a->seq;
       out[need + 1] = id;
       out[need + 2] = a->jit_map_bytes;
@@ -296,6 +296,11 @@ size_t mi_prof_js_anchors(uint64_t* out, size_t cap) {
     }
     need += words;
   }
+  if (piped) {
+    close(fds[0]);
+    close(fds[1]);
+  }
+  errno = saved;
   return need;
 }
 

@@ -103,22 +103,23 @@ export function injectAnchoredJsSamples(raw: Profile, js: V8SamplingHeapProfile,
 
 /**
  * After naming: each anchored sample loses the frames above its first JavaScript frame and
- * its marker. One under this package's own scripts goes (V8's stacks leave those out too); one
+ * its marker. One under this package's own scripts goes (`own`: V8's stacks leave those out
+ * too, so they go back to them, and out); one
  * whose native stack shows no JavaScript frame goes, and its ordinal is returned in `unplaced`:
  * V8's own stack for it is used instead.
  */
-export function trimAnchoredJsSamples(profile: Profile): { kept: number; own: number; unplaced: Set<number> } {
+export function trimAnchoredJsSamples(profile: Profile): { kept: number; own: Set<number>; unplaced: Set<number> } {
   const strings = profile.stringTable;
   const str = (i: number | bigint) => strings.strings[Number(i)] ?? '';
   const ordinalKey = strings.strings.indexOf(ORDINAL_KEY);
   const unplaced = new Set<number>();
-  if (ordinalKey < 0) return { kept: 0, own: 0, unplaced };
+  const ownWork = new Set<number>();
+  if (ordinalKey < 0) return { kept: 0, own: ownWork, unplaced };
   const fn = new Map(profile.function.map((f) => [Number(f.id), f]));
   const loc = new Map(profile.location.map((l) => [Number(l.id), l]));
   const isJs = (line: Line) => isJavaScriptName(str(fn.get(Number(line.functionId))?.systemName ?? 0));
   const own = (line: Line) => isJs(line) && isOwnScript(str(fn.get(Number(line.functionId))?.filename ?? 0));
   let kept = 0;
-  let ownWork = 0;
   profile.sample = profile.sample.filter((s) => {
     const marker = s.label.findIndex((l) => Number(l.key) === ordinalKey);
     if (marker < 0) return true;
@@ -131,7 +132,7 @@ export function trimAnchoredJsSamples(profile: Profile): { kept: number; own: nu
       return false;
     }
     if (s.locationId.some((id) => lines(id).some(own))) {
-      ownWork++;
+      ownWork.add(ordinal);
       return false;
     }
     s.locationId = s.locationId.slice(first);

@@ -206,24 +206,28 @@ export function mergeJsHeap(profile: Profile, js: V8SamplingHeapProfile, interva
 
   // the samples already in the profile with their native stacks (src/profile/js-anchors.ts)
   // leave their node: what stays is V8's estimate of the others
+  // (a node's bytes are the sum of its samples' estimates when the profile lists its samples:
+  // V8 rounds a node's selfSize per object size and each sample by itself, so selfSize less the
+  // anchored samples would leave a remainder of rounding, or go below 0)
   const objectsOf = new Map<number, number>();
-  const anchoredBytesOf = new Map<number, number>();
+  const bytesOf = new Map<number, number>();
   const summary: JsHeapSummary = { bytes: 0, objects: 0, samples: js.samples?.length ?? 0 };
   for (const s of js.samples ?? []) {
     const objects = jsSampleObjects(s.size, interval);
     if (s.ordinal !== undefined && anchored.has(s.ordinal)) {
-      anchoredBytesOf.set(s.nodeId, (anchoredBytesOf.get(s.nodeId) ?? 0) + s.size);
       summary.bytes += s.size;
       summary.objects += objects;
     } else {
       objectsOf.set(s.nodeId, (objectsOf.get(s.nodeId) ?? 0) + objects);
+      bytesOf.set(s.nodeId, (bytesOf.get(s.nodeId) ?? 0) + s.size);
     }
   }
+  const listed = (js.samples?.length ?? 0) > 0;
   const jsLabel = () => [new Label({ key: heapKey, str: strings.dedup('js') }), new Label({ key: threadKey, str: strings.dedup('main') })];
   // depth first, the path from the root's child down (the root is V8's "(root)")
   const fnOf = new Map<Location, ProfileFunction>();
   const walk = (node: V8SamplingHeapNode, path: Location[]) => {
-    const selfSize = node.selfSize - (anchoredBytesOf.get(node.id) ?? 0);
+    const selfSize = listed ? (bytesOf.get(node.id) ?? 0) : node.selfSize;
     if (selfSize >= 0.5 && path.length > 0) {
       const value = profile.sampleType.map(() => 0);
       const objects = objectsOf.get(node.id) ?? 0;

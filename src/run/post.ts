@@ -259,7 +259,9 @@ export async function finishProfile(opts: RunOptions, runDir: string, p: Process
   await step();
   if (js) {
     const trimmed = trimAnchoredJsSamples(profile);
-    for (const o of trimmed.unplaced) anchored.delete(o); // V8's stacks for those
+    // V8's stacks for those: with no JavaScript frame on the native one, or the profiler's own
+    // work (which V8's stacks leave out as well)
+    for (const o of [...trimmed.unplaced, ...trimmed.own]) anchored.delete(o);
     const merged = mergeJsHeap(profile, js.profile, js.interval, anchored);
     comment(`heap=js: V8's sampling heap profiler at interval=${js.interval}: ${Math.round(merged.bytes)} bytes of JavaScript objects in use (${merged.samples} samples)`);
     const a = js.anchors;

@@ -206,7 +206,7 @@ mi_prof_export int mi_prof_js_anchor_arm(void);
  * arming. Fills `out` up to `cap` words with whole entries and returns the words all need.
  * Only on the arming thread (else 0, errno EPERM). */
 mi_prof_export size_t mi_prof_js_anchors(uint64_t* out, size_t cap);
-/* [made, live, dropped (out of memory or over 2^18 live)] */
+/* [made, live, dropped (out of memory or over 2^15 live)] */
 mi_prof_export void mi_prof_js_anchor_counts(uint64_t counts[3]);
 
 #ifdef __cplusplus
