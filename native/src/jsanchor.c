@@ -174,6 +174,8 @@ typedef struct find_s {
   uintptr_t lo, len;
 } find_t;
 
+#if defined(__GLIBC__) /* dladdr1 and _r_debug; the PLT binding is glibc's only too (bind.c) */
+
 /* The executable's own symbol table (not loaded: read from its file), for a V8 that does not
  * export SampleObject (Node 24 and later). */
 static bool symtab_lookup(const char* path, uintptr_t base, find_t* out) {
@@ -227,6 +229,12 @@ static bool find_site(find_t* out) {
   struct link_map* exe = _r_debug.r_map;
   return exe != NULL && symtab_lookup("/proc/self/exe", (uintptr_t)exe->l_addr, out);
 }
+#else
+static bool find_site(find_t* out) {
+  (void)out;
+  return false;
+}
+#endif
 
 /* ---- the API ---------------------------------------------------------------------------------- */
 int mi_prof_js_anchor_arm(void) {
