@@ -127,10 +127,17 @@ test(`siglongjmp out of an ITIMER_PROF handler ${JUMPS} times at a 64-byte inter
 // the thread would never be sampled again and SIGTERM would end the process without a profile (the dump would wait for
 // that lock), and mi_prof_stats_get, which takes every table lock, would wait for it forever. The library holds the
 // program's handlers back while this thread holds a profiler lock (signals.c hold_back); the control below turns that off.
-test('after the jumps, ~1000 live samples are recorded and SIGTERM writes the profile', (t) => {
+// The thread is still sampled: each of the 1000 allocations after the jumps reaches the sampler,
+// as a live sample or, where no block at the sample place could be had, a dropped one. (On
+// mimalloc 3.0.1 a jump out of mimalloc's own allocation path sometimes leaves the 4 KiB class
+// on pages whose blocks sit off the sample place: those samples are counted as dropped, in
+// about 1 run in 7 nearly all of them; docs/reliability.md.)
+test('after the jumps, ~1000 samples are taken (recorded, or dropped for want of a block at the sample place) and SIGTERM writes the profile', (t) => {
   const { r, out, profile } = jumps(productionDir, {}, true);
-  t.diagnostic(`${ending(r)}; live_added=${out.has('live_added') ? out.str('live_added') : '?'}; profile: ${profile}`);
-  assert.ok(out.num('live_added') > 800, `live_added=${out.str('live_added')}`);
+  const live = out.has('live_added') ? out.num('live_added') : NaN;
+  const dropped = out.has('dropped_added') ? out.num('dropped_added') : NaN;
+  t.diagnostic(`${ending(r)}; live_added=${live}; dropped_added=${dropped}; profile: ${profile}`);
+  assert.ok(live + dropped > 800, `live_added=${live} dropped_added=${dropped}`);
   assert.ok(profile, 'no profile at SIGTERM');
 });
 
