@@ -35,9 +35,10 @@ function checkLeakCaught(t: { diagnostic(s: string): void }, out: string): void 
   assert.ok(failure, out);
   t.diagnostic(failure[0]);
   // 1 MiB and V8's record of each buffer (1.13 MiB alone); the counts are process-wide, so
-  // what the runner's other threads free or keep meanwhile moves it by some 100 KiB
+  // what other threads free meanwhile moves it (V8's sweeper and compiler threads finishing
+  // earlier work: down to 0.77 MiB once on Node 22), always far above the 256 KiB budget
   const mib = Number(failure[1]) / (failure[2] === 'KiB' ? 1024 : 1);
-  assert.ok(mib >= 0.85 && mib <= 1.5, `retained ${mib.toFixed(2)} MiB for 1 MiB kept`);
+  assert.ok(mib >= 0.5 && mib <= 1.5, `retained ${mib.toFixed(2)} MiB for 1 MiB kept`);
   assert.equal(failure[3], 'rememberPayloads');
   assert.equal(failure[4], fixture);
   assert.match(out, /^not ok 1 - leaky: keeps 1 MiB$/m);
