@@ -74,11 +74,11 @@ function decode(buf: Buffer): Profile {
   return Profile.decode(buf[0] === 0x1f ? gunzipSync(buf) : buf);
 }
 
-/** Waits until the live bytes change by less than 4 KiB over 50 ms, twenty tries at most. */
+/** Waits until the live bytes change by less than 4 KiB over 20 ms, ten tries at most. */
 async function settled(): Promise<void> {
-  for (let i = 0; i < 20; i++) {
+  for (let i = 0; i < 10; i++) {
     const a = memoryEvents.snapshot().liveBytes;
-    await new Promise((r) => setTimeout(r, 50));
+    await new Promise((r) => setTimeout(r, 20));
     if (Math.abs(memoryEvents.snapshot().liveBytes - a) < 4096) return;
   }
 }
@@ -107,7 +107,7 @@ export async function memoryBudget(fn: () => unknown, limits: MemoryLimits): Pro
     gc();
     gc();
     // the counts are process-wide: the profiler's worker may still be freeing what it used
-    // for that profile; the window opens once the live bytes hold still (at most ~1 s)
+    // for that profile; the window opens once the live bytes hold still (at most ~0.2 s)
     await settled();
     const jsBefore = process.memoryUsage().heapUsed;
     const nativeBefore = memoryEvents.snapshot();

@@ -38,8 +38,9 @@ function checkLeakCaught(t: { diagnostic(s: string): void }, out: string): void 
   // what other threads free meanwhile moves it (V8's sweeper and compiler threads finishing
   // earlier work: 0.77 MiB once on Node 22, and the control that keeps nothing 0.34 MiB once on
   // Node 24), so the budget is 512 KiB
+  // (and what they keep: up to 1.99 MiB once on Node 24): the figure is checked from below
   const mib = Number(failure[1]) / (failure[2] === 'KiB' ? 1024 : 1);
-  assert.ok(mib >= 0.5 && mib <= 1.5, `retained ${mib.toFixed(2)} MiB for 1 MiB kept`);
+  assert.ok(mib >= 0.5, `retained ${mib.toFixed(2)} MiB for 1 MiB kept`);
   assert.equal(failure[3], 'rememberPayloads');
   assert.equal(failure[4], fixture);
   assert.match(out, /^not ok 1 - leaky: keeps 1 MiB$/m);
