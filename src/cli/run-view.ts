@@ -4,7 +4,7 @@ import { basename } from 'node:path';
 import type { Profile } from '../profile/pprof.js';
 
 import { formatPeak } from '../profile/peak.js';
-import { holders } from '../profile/holders.js';
+import { holders, isProgramFunction } from '../profile/holders.js';
 import { inUseEstimate, lowerBound, overBudget } from '../run/budget.js';
 import { formatRssLines } from '../profile/rss.js';
 import { writeHtmlReport } from '../report/index.js';
@@ -209,7 +209,7 @@ function javaScriptCallersWithTotal(profile: Profile, n: number): { rows: [strin
   // exit hook's work (loading the addon, measuring the resident set) is the profiler's
   const jsFunctions = new Map(
     profile.function
-      .filter((f) => isJavaScriptName(str(f.systemName)) && !str(f.filename).startsWith('node:') && !isProfilerScript(str(f.filename)))
+      .filter((f) => isProgramFunction(profile, f))
       .map((f) => [Number(f.id), f]),
   );
   if (inuse < 0 || jsFunctions.size === 0) return { rows: [], total: 0 };

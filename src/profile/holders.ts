@@ -11,6 +11,12 @@ import { findSampleType } from './model.js';
 import { top } from './top.js';
 import { isJavaScriptName } from '../symbolize/perfmap.js';
 
+/** A JavaScript function of the program: not Node's internals (`node:…`), not this package's. */
+export function isProgramFunction(profile: Profile, f: Profile['function'][number]): boolean {
+  const str = (i: number | bigint) => profile.stringTable.strings[Number(i)] ?? '';
+  return isJavaScriptName(str(f.systemName)) && !str(f.filename).startsWith('node:') && !isProfilerScript(str(f.filename));
+}
+
 /** The `n` functions holding the most of `sampleType`, `name file:line` for JavaScript, most first. */
 export function holders(profile: Profile, sampleType: string, n: number): [string, number][] {
   const str = (i: number | bigint) => profile.stringTable.strings[Number(i)] ?? '';
@@ -18,8 +24,7 @@ export function holders(profile: Profile, sampleType: string, n: number): [strin
   if (at < 0) return [];
   const fn = new Map(profile.function.map((f) => [Number(f.id), f]));
   const locations = new Map(profile.location.map((l) => [Number(l.id), l]));
-  const program = (f: (typeof profile.function)[number] | undefined) =>
-    f !== undefined && isJavaScriptName(str(f.systemName)) && !str(f.filename).startsWith('node:') && !isProfilerScript(str(f.filename));
+  const program = (f: (typeof profile.function)[number] | undefined) => f !== undefined && isProgramFunction(profile, f);
   // the profiler's own work (this package's scripts and its codec, pprof-format) is nobody's
   const own = (f: (typeof profile.function)[number] | undefined) =>
     f !== undefined && isJavaScriptName(str(f.systemName)) && (isProfilerScript(str(f.filename)) || str(f.filename).includes('/node_modules/pprof-format/'));
@@ -69,7 +74,7 @@ export function cutToProgramFunctions(profile: Profile): Profile {
     if (v === undefined) {
       v = (locations.get(id)?.line ?? []).some((line) => {
         const f = fn.get(Number(line.functionId));
-        return f !== undefined && isJavaScriptName(str(f.systemName)) && !str(f.filename).startsWith('node:') && !isProfilerScript(str(f.filename));
+        return f !== undefined && isProgramFunction(profile, f);
       });
       program.set(id, v);
     }
