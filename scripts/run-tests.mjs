@@ -20,7 +20,7 @@ import { NODES, nodeBinary, versionOf } from './nodes.mjs';
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const SECOND_PASS = /^(native|node|reliability|run)\//;
 // The gates once more on the debug build (native/Makefile DEBUG=1: internal assertions on).
-const DEBUG_PASS = /^(reliability\/(churn|fork|dumps|node|hostile(-\w+)?)|native\/(regressions|stress|api|resident|direct)|run\/js-heap-inlined)\.test\.js$/;
+const DEBUG_PASS = /^(reliability\/(churn|fork|dumps|node|hostile(-\w+)?)|native\/(regressions|stress|api|resident|direct|events)|run\/js-heap-inlined)\.test\.js$/;
 // Once per Node of the matrix: what depends on the Node version. `run` and its signals, JS
 // attribution (CommonJS, ESM, `(top level)`, inlined frames from V8's code log, perf-map
 // names, no unnamed frame), the thread pool, the JS heap (the inspector's sampler), the RSS

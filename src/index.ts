@@ -48,6 +48,7 @@ export type {
   ProfileOptions,
   ProfilerStats,
   MemoryEventsSnapshot,
+  MemoryWindow,
   SampleType,
   Availability,
   DumpOptions,

@@ -42,6 +42,9 @@ typedef struct api_s {
   int (*js_anchor_arm)(void);
   size_t (*js_anchors)(uint64_t*, size_t);
   void (*js_anchor_counts)(uint64_t[3]);
+  bool (*window_open)(void);
+  bool (*window_read)(mi_prof_window_t*);
+  bool (*window_close)(mi_prof_window_t*);
 } api_t;
 
 static api_t api;
@@ -70,6 +73,9 @@ static void resolve(void) {
     api.js_anchor_arm = (__typeof__(api.js_anchor_arm))dlsym(RTLD_DEFAULT, "mi_prof_js_anchor_arm");
     api.js_anchors = (__typeof__(api.js_anchors))dlsym(RTLD_DEFAULT, "mi_prof_js_anchors");
     api.js_anchor_counts = (__typeof__(api.js_anchor_counts))dlsym(RTLD_DEFAULT, "mi_prof_js_anchor_counts");
+    api.window_open = (__typeof__(api.window_open))dlsym(RTLD_DEFAULT, "mi_prof_window_open");
+    api.window_read = (__typeof__(api.window_read))dlsym(RTLD_DEFAULT, "mi_prof_window_read");
+    api.window_close = (__typeof__(api.window_close))dlsym(RTLD_DEFAULT, "mi_prof_window_close");
   }
 }
 
@@ -450,6 +456,42 @@ static napi_value js_anchors(napi_env env, napi_callback_info info) {
   return r;
 }
 
+/* windowOpen() -> mi_prof_window_open's answer; null from a library without windows */
+static napi_value js_window_open(napi_env env, napi_callback_info info) {
+  (void)info;
+  if (!api_ok) return not_preloaded(env);
+  napi_value r;
+  if (api.window_open == NULL || api.window_read == NULL || api.window_close == NULL) {
+    CHECK(napi_get_null(env, &r));
+    return r;
+  }
+  return make_bool(env, api.window_open());
+}
+
+/* windowRead(close) -> { liveBytes, liveCount, overflowed } so far (and the window closed when
+ * `close`), or null when no window was open */
+static napi_value js_window_read(napi_env env, napi_callback_info info) {
+  if (!api_ok) return not_preloaded(env);
+  size_t argc = 1;
+  napi_value argv[1];
+  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  bool close = false;
+  if (argc >= 1) (void)napi_get_value_bool(env, argv[0], &close);
+  napi_value r;
+  mi_prof_window_t w = {0, 0, false};
+  if (api.window_read == NULL || api.window_close == NULL || !(close ? api.window_close(&w) : api.window_read(&w))) {
+    CHECK(napi_get_null(env, &r));
+    return r;
+  }
+  CHECK(napi_create_object(env, &r));
+  set_num(env, r, "liveBytes", (double)w.live_bytes);
+  set_num(env, r, "liveCount", (double)w.live_count);
+  napi_value overflowed = make_bool(env, w.overflowed);
+  if (overflowed == NULL) return NULL;
+  CHECK(napi_set_named_property(env, r, "overflowed", overflowed));
+  return r;
+}
+
 NAPI_MODULE_INIT() {
   resolve();
   probe_pool(env);
@@ -462,6 +504,7 @@ NAPI_MODULE_INIT() {
       {"stats", js_stats},         {"memoryEvents", js_memory_events}, {"memorySnapshot", js_memory_snapshot},
       {"resident", js_resident},   {"excludeThread", js_exclude_thread}, {"peak", js_peak},
       {"jsAnchorArm", js_anchor_arm}, {"jsAnchors", js_anchors},
+      {"windowOpen", js_window_open}, {"windowRead", js_window_read},
   };
   for (size_t i = 0; i < sizeof(fns) / sizeof(*fns); i++) {
     napi_value f;

@@ -32,6 +32,7 @@ typedef enum mp_lock_level_e {
   MP_LEVEL_RECORDS,    /* record shards (table.c) */
   MP_LEVEL_BUCKETS,    /* bucket shards (table.c): taken under a record shard, never the reverse */
   MP_LEVEL_CALLBACKS,  /* the memory-events callback table's writers (events.c), taken alone */
+  MP_LEVEL_WINDOW,     /* the window's set (window.c): a leaf, after the callbacks' in fork's prepare */
 } mp_lock_level_t;
 
 #endif

@@ -323,6 +323,15 @@ void mp_events_fork_child(void);
  * bytes after it. */
 void mp_events_report(unsigned kind, int64_t delta, int64_t total, size_t request);
 
+/* window.c: the blocks allocated while a window is open (mi_prof_window_open). Noted by the
+ * exact counters' slow paths inside a sampler section; a block leaves before it is freed. */
+extern atomic_bool mp_window_open;
+void mp_window_note_alloc(const void* p, size_t usable);
+uint64_t mp_window_note_free(const void* p); /* its bytes if it was a member, else 0 */
+void mp_window_fork_prepare(void);
+void mp_window_fork_parent(void);
+void mp_window_fork_child(void);
+
 /* ---- interpose.c ---- */
 /* Points the hot entry points at the watching versions (profiling or exact counters on) or
  * straight at mimalloc. Called under the lifecycle lock. */

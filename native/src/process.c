@@ -32,6 +32,7 @@ static void fork_prepare(void) {
   mp_threads_lock();
   mp_table_lock_all();
   mp_events_fork_prepare();
+  mp_window_fork_prepare();
   mp_resident_fork_prepare();
   /* from here to the parent handler nothing waits: a fatal signal waits for it (signals.c) */
   fork_in_sample = mp_tls.in_sample;
@@ -40,6 +41,7 @@ static void fork_prepare(void) {
 
 static void fork_parent(void) {
   mp_resident_fork_parent();
+  mp_window_fork_parent();
   mp_events_fork_parent();
   mp_table_unlock_all();
   mp_threads_unlock();
@@ -53,6 +55,7 @@ static void fork_parent(void) {
 static void fork_child(void) {
   mp_note_process_start();
   mp_resident_fork_child();
+  mp_window_fork_child();
   mp_events_fork_child();
   mp_table_child_reinit();
   mp_jit_child_reinit();

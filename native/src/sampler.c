@@ -179,6 +179,7 @@ static change_t count_alloc(void* p, mp_recorded_t r) {
   atomic_fetch_add_explicit(&mp_exact.live_objects, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&mp_exact.accum_bytes, (unsigned long long)usable, memory_order_relaxed);
   atomic_fetch_add_explicit(&mp_exact.accum_objects, 1, memory_order_relaxed);
+  if (mp_unlikely(atomic_load_explicit(&mp_window_open, memory_order_relaxed))) mp_window_note_alloc(p, (size_t)usable);
   return (change_t){true, usable, before + usable};
 }
 
@@ -186,6 +187,7 @@ static change_t count_free(void* p, mp_recorded_t r) {
   long long usable = (long long)mp_block_bytes(p, r);
   long long before = atomic_fetch_sub_explicit(&mp_exact.live_bytes, usable, memory_order_relaxed);
   atomic_fetch_sub_explicit(&mp_exact.live_objects, 1, memory_order_relaxed);
+  if (mp_unlikely(atomic_load_explicit(&mp_window_open, memory_order_relaxed))) (void)mp_window_note_free(p); /* before mi_free */
   return (change_t){true, -usable, before - usable};
 }
 
@@ -542,6 +544,9 @@ mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
   /* Forget the record first: an in-place result would otherwise keep a stale one. */
   mp_recorded_t old_recorded = take_record(p);
   size_t old_usable = events ? mp_block_bytes(p, old_recorded) : 0;
+  /* out of the window before mimalloc may hand p's address to another thread (window.c) */
+  bool window = events && atomic_load_explicit(&mp_window_open, memory_order_relaxed);
+  uint64_t window_bytes = window ? mp_window_note_free(p) : 0;
   mp_recorded_t recorded = {0, false};
   void* q;
   if (sampled) {
@@ -557,6 +562,8 @@ mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
     q = mi_realloc(p, size);
     if (q == NULL) kept_unrecorded(p, old_recorded, events);
   }
+  if (window && q != NULL) mp_window_note_alloc(q, mp_block_bytes(q, recorded));
+  else if (window_bytes != 0) mp_window_note_alloc(p, (size_t)window_bytes); /* p stays, as it was */
   change_t change = {0};
   if (events && q != NULL) {
     long long now = (long long)mp_block_bytes(q, recorded), old = (long long)old_usable;

@@ -33,6 +33,18 @@ export interface NativeAddon {
   jsAnchorArm?(): number;
   /** Those stacks (mi_prof_js_anchors: [number, V8's sample_id, perf map bytes, depth, frames...] each) then [made, live, dropped]; null from a library without them. */
   jsAnchors?(): BigUint64Array | null;
+  /** Opens a window (mi_prof_window_open): false with tracking off; null from a library without windows. */
+  windowOpen?(): boolean | null;
+  /** The open window's figures so far, and closes it when `close` (mi_prof_window_read/close); null when none is open. */
+  windowRead?(close: boolean): NativeWindow | null;
+}
+
+/** The blocks allocated since a window opened that are still live (mi_prof_window_t). */
+export interface NativeWindow {
+  liveBytes: number;
+  liveCount: number;
+  /** More live blocks than the window's set holds met it: the figures are a lower bound. */
+  overflowed: boolean;
 }
 
 /** The addon's resident object (mi_prof_resident_t and mi_prof_mapping_owners, numbers). */

@@ -15,7 +15,7 @@ import { randomBytes } from 'node:crypto';
 import { rename, rm, writeFile } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 
-import { checkAvailability, withAddon, type Availability, type NativeStats } from './addon.js';
+import { checkAvailability, withAddon, type Availability, type NativeStats, type NativeWindow } from './addon.js';
 import { startJsHeap } from './js-heap.js';
 import { measureRss } from './rss.cjs';
 import type { RssBreakdown } from '../profile/rss.js';
@@ -174,6 +174,20 @@ export const memoryEvents = {
     const enabled = withAddon((a) => a.memoryEvents());
     const s = withAddon((a) => a.memorySnapshot());
     return { enabled, ...s, liveObjects: s.liveCount, accumObjects: s.accumCount };
+  },
+  /**
+   * Opens a window: from now on every block allocated (any thread) is remembered until it is
+   * freed, so `window(...)` can tell what was allocated since and is still live, whatever
+   * older blocks were freed meanwhile. Needs the counters on (enable) until it closes; one
+   * window at a time (opening again starts afresh). Returns false when the counters are off,
+   * null when the preload library predates windows.
+   */
+  openWindow(): boolean | null {
+    return withAddon((a) => (a.windowOpen ? a.windowOpen() : null));
+  },
+  /** The open window's live blocks so far, closing it when `close`; null when none is open. */
+  window(close = false): NativeWindow | null {
+    return withAddon((a) => (a.windowRead ? a.windowRead(close) : null));
   },
 };
 

@@ -4,11 +4,15 @@
  * kept more than allowed, naming the program's functions that did.
  *
  * The figures are exact, not estimates: the preload library's memory events count every
- * allocation and free (usable bytes) while `fn` runs; they are process-wide, so what other
- * threads do meanwhile counts too (a test runner's own work is small; a worker the test starts
- * is the test's). `retained` is what is still in use after `fn` returned and two full
- * collections ran (V8 frees dropped Buffers' memory on a background sweep after the first);
- * `jsRetained` is the growth of V8's heap across the same. The names come from the sampling
+ * allocation and free (usable bytes) while `fn` runs. `allocated` is process-wide, so what
+ * other threads allocate meanwhile counts too (a test runner's own work is small; a worker the
+ * test starts is the test's). `retained` is the blocks allocated from the moment `fn` is
+ * called (on any thread) that are still live once it returned, two full collections ran and
+ * the count held still (V8 frees dropped Buffers' memory on a background sweep): a window
+ * (mi_prof_window_*), so what other threads free of their older blocks meanwhile does not
+ * lower it, and what `fn` frees of older blocks does not either. A preload library without
+ * windows gives the live bytes' process-wide change instead. `jsRetained` is the growth of
+ * V8's heap across the same. The names come from the sampling
  * profiler: a profile before and after `fn` (a small interval while it runs, unless the process
  * already profiles), their difference ranked by each sample's deepest function of the program
  * (src/profile/holders.ts), allocated or in use as the budget that failed.
@@ -74,14 +78,17 @@ function decode(buf: Buffer): Profile {
   return Profile.decode(buf[0] === 0x1f ? gunzipSync(buf) : buf);
 }
 
-/** Waits until the live bytes change by less than 4 KiB over 20 ms, ten tries at most. */
-async function settled(): Promise<void> {
+/** Waits until `live()` changes by less than 4 KiB over 20 ms, ten tries at most. */
+async function settled(live: () => number): Promise<void> {
   for (let i = 0; i < 10; i++) {
-    const a = memoryEvents.snapshot().liveBytes;
+    const a = live();
     await new Promise((r) => setTimeout(r, 20));
-    if (Math.abs(memoryEvents.snapshot().liveBytes - a) < 4096) return;
+    if (Math.abs(live() - a) < 4096) return;
   }
 }
+
+const liveBytes = (): number => memoryEvents.snapshot().liveBytes;
+const windowBytes = (): number => memoryEvents.window()?.liveBytes ?? 0;
 
 /**
  * Runs `fn` (awaited) and checks what it allocated and kept against `limits`; returns the
@@ -100,23 +107,27 @@ export async function memoryBudget(fn: () => unknown, limits: MemoryLimits): Pro
   const started = !profiler.isRunning() && profiler.start({ interval: limits.interval ?? 65536, accum: true });
   const eventsWere = memoryEvents.isEnabled();
   if (!eventsWere) memoryEvents.enable();
+  let windowed = false;
   try {
     // the names' first profile, decoded, before the collections: its own garbage goes in
     // them, and decoding it later would show in the second
     const profileBefore = decode(await profiler.profile({ jsHeap: false }));
     gc();
     gc();
-    // the counts are process-wide: the profiler's worker may still be freeing what it used
-    // for that profile; the window opens once the live bytes hold still (at most ~0.2 s)
-    await settled();
+    // the counts are process-wide: the profiler's worker may still be allocating and freeing
+    // for that profile; `fn` starts once the live bytes hold still (at most ~0.2 s)
+    await settled(liveBytes);
     const jsBefore = process.memoryUsage().heapUsed;
     const nativeBefore = memoryEvents.snapshot();
+    windowed = memoryEvents.openWindow() === true;
     await fn();
     const allocated = memoryEvents.snapshot().accumBytes - nativeBefore.accumBytes;
     gc();
     gc();
-    const after = memoryEvents.snapshot();
-    const used: MemoryUsed = { allocated, retained: after.liveBytes - nativeBefore.liveBytes, jsRetained: process.memoryUsage().heapUsed - jsBefore };
+    await settled(windowed ? windowBytes : liveBytes);
+    const retained = windowed ? (memoryEvents.window(true)?.liveBytes ?? 0) : memoryEvents.snapshot().liveBytes - nativeBefore.liveBytes;
+    windowed = false;
+    const used: MemoryUsed = { allocated, retained, jsRetained: process.memoryUsage().heapUsed - jsBefore };
     const over: { what: keyof MemoryUsed; sampleType: string }[] = [];
     if (allowed.allocated !== undefined && used.allocated > allowed.allocated) over.push({ what: 'allocated', sampleType: 'alloc_space' });
     if (allowed.retained !== undefined && used.retained > allowed.retained) over.push({ what: 'retained', sampleType: 'inuse_space' });
@@ -134,6 +145,7 @@ export async function memoryBudget(fn: () => unknown, limits: MemoryLimits): Pro
     });
     throw new AssertionError({ message: `memoryBudget: ${lines.join('; ')}`, actual: used, expected: allowed, operator: 'memoryBudget' });
   } finally {
+    if (windowed) memoryEvents.window(true);
     if (!eventsWere) memoryEvents.disable();
     if (started) profiler.stop();
   }

@@ -40,11 +40,11 @@ test('growth --json over a Node program\'s periodic dumps: the leak grows at abo
     const leak = out.functions.find((f) => f.function === 'leakyRegistry');
     const steady = out.functions.find((f) => f.function === 'steadyCache');
     assert.ok(leak && steady, g.stdout.slice(0, 2000));
-    assert.ok(leak.significant, JSON.stringify(leak));
-    assert.ok(Math.abs(leak.bytesPerSecond - MiB) <= 0.3 * MiB, `leak slope ${leak.bytesPerSecond}`);
-    assert.ok(!steady.significant, JSON.stringify(steady));
+    assert.ok(leak.significant, `${JSON.stringify(leak)} over ${JSON.stringify(out.times)}`);
+    assert.ok(Math.abs(leak.bytesPerSecond - MiB) <= 0.3 * MiB, `leak slope ${JSON.stringify(leak)} over ${JSON.stringify(out.times)}`);
+    assert.ok(!steady.significant, `${JSON.stringify(steady)} over ${JSON.stringify(out.times)}`);
     // fastest growth first
-    for (let i = 1; i < out.functions.length; i++) assert.ok(out.functions[i - 1]!.bytesPerSecond >= out.functions[i]!.bytesPerSecond);
+    for (let i = 1; i < out.functions.length; i++) assert.ok(out.functions[i - 1]!.bytesPerSecond >= out.functions[i]!.bytesPerSecond, JSON.stringify(out.functions.slice(0, i + 1)));
 
     const text = await cli(['growth', ...files, '-n', '100000']);
     assert.equal(text.status, 0, text.stderr);

@@ -134,3 +134,30 @@ test('mi_unwrapped_*: aligned, contents kept across realloc, bad alignment refus
   assert.equal(kv.num('live_delta'), 0);
   assert.equal(kv.num('accum_delta'), 0);
 });
+
+test('a window counts exactly the blocks allocated since it opened that are still live, on 4 threads, whatever older blocks they free', (t) => {
+  // sampled blocks too (a 4 KiB interval): they count what the same request unsampled has
+  for (const env of [{}, { MIMALLOC_PROF: '1', MIMALLOC_PROF_SAMPLE_INTERVAL: '4096' }] as Record<string, string>[]) {
+    const kv = run(['window', '4', '20000'], env);
+    t.diagnostic(`${JSON.stringify(env)}: window ${kv.num('window_bytes')} bytes in ${kv.num('window_count')} blocks; kept ${kv.num('kept_bytes')}; process-wide change ${kv.num('process_live_delta')}`);
+    assert.equal(kv.num('open_untracked'), 0, 'no window without tracking');
+    assert.equal(kv.num('close_unopened'), 0);
+    assert.equal(kv.num('opened'), 1);
+    assert.equal(kv.num('read_ok'), 1);
+    assert.equal(kv.num('closed_ok'), 1);
+    assert.equal(kv.num('overflowed'), 0);
+    assert.equal(kv.num('window_bytes'), kv.num('kept_bytes'));
+    assert.equal(kv.num('window_count'), kv.num('kept_count'));
+    assert.equal(kv.num('read_bytes'), kv.num('window_bytes'));
+    // the control: the process-wide change over the same moments, which the old blocks' frees
+    // lower, fails the same comparison
+    assert.ok(kv.num('process_live_delta') < kv.num('kept_bytes') - 1_000_000, `process-wide ${kv.num('process_live_delta')}`);
+    // a window that meets more live blocks than its set holds: full at 3/4 of 2^19 slots, said
+    // so, and every member freed leaves it empty
+    assert.equal(kv.num('full_opened'), 1);
+    assert.equal(kv.num('full_count'), 393216);
+    assert.equal(kv.num('full_overflowed'), 1);
+    assert.equal(kv.num('emptied_count'), 0);
+    assert.equal(kv.num('emptied_bytes'), 0);
+  }
+});

@@ -119,6 +119,25 @@ mi_prof_export mi_prof_nodiscard bool mi_memory_snapshot(mi_memory_snapshot_t* o
 typedef bool(mi_memory_allocation_visit_fun)(void* allocation, size_t usable_size, void* arg);
 mi_prof_export bool mi_memory_visit_live_allocations(mi_memory_allocation_visit_fun* visitor, void* arg);
 
+/* A window (mimalloc-pprof's own, not the original's): from mi_prof_window_open to
+ * mi_prof_window_close, every block allocated (any thread, reallocations' results included)
+ * is remembered until it is freed; the close gives the usable bytes and number of those still
+ * live: what the code that ran in between allocated and kept, whatever blocks from before it
+ * freed. It needs tracking on (open returns false otherwise, or when the memory for its set
+ * cannot be mapped) and kept on until the close. One window at a time: an open while one is
+ * open starts it afresh. A window that met more than 393 216 live blocks stops noting new
+ * ones and sets `overflowed`: its figures are then a lower bound. Read gives the figures so far
+ * and leaves the window open. Read and close return false when no window was open (`out` is
+ * still written: zeros). */
+typedef struct mi_prof_window_s {
+  uint64_t live_bytes;
+  uint64_t live_count;
+  bool overflowed;
+} mi_prof_window_t;
+mi_prof_export bool mi_prof_window_open(void);
+mi_prof_export bool mi_prof_window_read(mi_prof_window_t* out);
+mi_prof_export bool mi_prof_window_close(mi_prof_window_t* out);
+
 /* `alignment`: 0 for 16 bytes, else a power of two up to 1 MiB (NULL with EINVAL otherwise;
  * below 16 gives 16). realloc: NULL allocates, a new size of 0 frees and returns NULL;
  * otherwise a new block with the contents copied, and on failure `p` is left as it was.
