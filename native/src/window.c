@@ -12,7 +12,10 @@
  *  - `bytes` and `count` are the members' sums, changed only with the set, under `lock`;
  *  - `lock` is a leaf: taken inside a sampler section around the set's own work only;
  *  - a block leaves the set before the allocator may hand its address out again (free and
- *    realloc note it before they call mimalloc), so an address is never a member twice;
+ *    realloc note it before they call mimalloc), so an address is never a member twice; the
+ *    one free the slow paths do not see, a signal handler's inside a sampler section (counted
+ *    nowhere, as by the exact counters), leaves a stale member, which the address's next
+ *    allocation replaces;
  *  - a full set notes no more (`overflowed`), and the close says so: its figures are then a
  *    lower bound. */
 #define _GNU_SOURCE
@@ -51,9 +54,10 @@ void mp_window_note_alloc(const void* p, size_t usable) {
       overflowed = true;
     } else {
       size_t i = home((uintptr_t)p);
-      while (slots[i].address != 0) {
-        mp_assert(slots[i].address != (uintptr_t)p); /* the rule: never a member twice */
-        i = (i + 1) & (WINDOW_SLOTS - 1);
+      while (slots[i].address != 0 && slots[i].address != (uintptr_t)p) i = (i + 1) & (WINDOW_SLOTS - 1);
+      if (slots[i].address == (uintptr_t)p) { /* its free went unseen (see the head): replaced */
+        bytes -= slots[i].bytes;
+        count--;
       }
       slots[i] = (slot_t){(uintptr_t)p, usable};
       bytes += usable;
