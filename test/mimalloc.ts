@@ -4,6 +4,7 @@
  * The second pass sets MIMALLOC_PPROF_LIB (the library every preloaded run uses) and
  * MIMALLOC_PPROF_TEST_PREFIX (the prefix that test builds of the library link against). */
 import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 
 import { libraryPath, packageRoot } from '../src/preload/library.js';
@@ -19,24 +20,50 @@ export const targetCC = process.env.MIMALLOC_PPROF_TEST_CC ?? 'cc';
 export const targetCXX = process.env.MIMALLOC_PPROF_TEST_CXX ?? 'g++';
 export const execWrapper: readonly string[] = JSON.parse(process.env.MIMALLOC_PPROF_TEST_EXEC_WRAPPER || '[]') as string[];
 
+/** The C library the programs under test are built for: 'musl' in the musl pass
+ * (scripts/test-musl.mjs: musl-gcc's programs, the library with mimalloc linked in statically). */
+export const targetLibc: 'glibc' | 'musl' = process.env.MIMALLOC_PPROF_TEST_LIBC === 'musl' ? 'musl' : 'glibc';
+export const onMusl = targetLibc === 'musl';
+/** Why the musl pass skips a check that needs these (t.skip(...)). */
+export const MUSL_NO_NODE = 'musl: no musl build of Node here (the npm registry has none; Alpine\'s is not reachable)';
+export const MUSL_NO_CXX = "musl: Debian's musl has no C++ runtime (libstdc++ for musl) to build the C++ fixture with";
+
+/** The static archive the library under test links in (the musl pass), '' for a shared mimalloc. */
+const mimallocStatic = process.env.MIMALLOC_PPROF_TEST_MIMALLOC_STATIC ?? '';
+
 /** Extra `make -C native` variables for test builds (test hooks, sanitizers, debug). */
 export const makeVars: readonly string[] = [
   ...(prefix === '' ? [] : [`MIMALLOC_PREFIX=${prefix}`]),
+  ...(mimallocStatic === '' ? [] : [`MIMALLOC_STATIC=${mimallocStatic}`]),
   ...(process.env.MIMALLOC_PPROF_TEST_CC ? [`CC=${targetCC}`] : []),
 ];
 
 /** Where test builds go: build/ for the system mimalloc, build/mi3 for the second pass. */
 export const testBuildRoot = prefix === '' ? join(packageRoot, 'build') : libDir;
 
-/** `-L`/rpath flags that link a program against the mimalloc under test. */
+/** `-L`/rpath flags that link a program against the mimalloc under test (with a static one,
+ * `-lmimalloc` takes the archive: the program gets mimalloc's own copy). */
 export const mimallocLinkFlags: readonly string[] = prefix === '' ? [] : [`-L${join(prefix, 'lib')}`, `-Wl,-rpath,${join(prefix, 'lib')}`];
+
+/** A program that does nothing, for the target's C library: /bin/true, or one built by the
+ * target's compiler (a glibc program cannot take the musl library preloaded). */
+export function targetTrue(): string {
+  if (!onMusl) return '/bin/true';
+  const out = join(testBuildRoot, 'test', 'true');
+  if (!existsSync(out)) {
+    mkdirSync(dirname(out), { recursive: true });
+    const r = spawnSync(targetCC, ['-x', 'c', '-', '-o', out], { input: 'int main(void) { return 0; }\n', encoding: 'utf8' });
+    if (r.status !== 0) throw new Error(`building ${out} failed: ${r.stderr}`);
+  }
+  return out;
+}
 
 /** For test names and diagnostics: which pass this is. */
 export const mimallocLabel = prefix === '' ? 'system mimalloc' : `mimalloc at ${prefix}`;
 
 /** The mimalloc version the library under test runs on, as its verbose line names it. */
 export function mimallocVersion(): string {
-  const r = spawnSync('/bin/true', [], { encoding: 'utf8', env: { PATH: process.env.PATH, LD_PRELOAD: libraryPath(), MIMALLOC_PROF_VERBOSE: '1' } });
+  const r = spawnSync(targetTrue(), [], { encoding: 'utf8', env: { PATH: process.env.PATH, LD_PRELOAD: libraryPath(), MIMALLOC_PROF_VERBOSE: '1' } });
   const m = /mimalloc-pprof: mimalloc (\d+\.\d+\.\d+)/.exec(r.stderr ?? '');
   if (!m) throw new Error(`no version line from the library under test: ${r.stderr}`);
   return m[1]!;
