@@ -924,6 +924,7 @@ static unsigned capture(uintptr_t* frames, unsigned max, void* ra, uintptr_t sp,
     return n;
   }
 #else
+  (void)ra; /* the caller put it in frames[0] */
   (void)sp;
   (void)here;
 #endif
