@@ -7,8 +7,10 @@
 // (22, 24, 26: official binaries in build/node, scripts/nodes.mjs): the test runner, the test
 // files and every Node they start (the CLI, the programs under test: `process.execPath` and the
 // `node` on PATH) are that Node; MIMALLOC_PPROF_TEST_NODE names it (test/package/matrix.test.ts
-// checks the pass really ran it). Every pass must pass; each prints its duration.
-//   node scripts/run-tests.mjs [--pass system|mimalloc3|debug|node22|node24|node26|nodes] [node --test options]
+// checks the pass really ran it). Then aarch64 under qemu (scripts/test-arm64.mjs) and the native
+// suites against the library built for musl (scripts/test-musl.mjs). Every pass must pass; each
+// prints its duration.
+//   node scripts/run-tests.mjs [--pass system|mimalloc3|debug|node22|node24|node26|nodes|arm64|musl] [node --test options]
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -100,6 +102,13 @@ if (only === '' || only === 'arm64') {
   const t0 = Date.now();
   const r = spawnSync(process.execPath, [join(root, 'scripts', 'test-arm64.mjs'), ...args], { stdio: 'inherit' }).status ?? 1;
   results.push(`arm64 under qemu: ${r === 0 ? 'passed' : 'FAILED'} in ${((Date.now() - t0) / 1000).toFixed(0)} s`);
+  status = status || r;
+}
+if (only === '' || only === 'musl') {
+  // the native suites against the library built for musl (scripts/test-musl.mjs)
+  const t0 = Date.now();
+  const r = spawnSync(process.execPath, [join(root, 'scripts', 'test-musl.mjs'), ...args], { stdio: 'inherit' }).status ?? 1;
+  results.push(`musl: ${r === 0 ? 'passed' : 'FAILED'} in ${((Date.now() - t0) / 1000).toFixed(0)} s`);
   status = status || r;
 }
 console.log(`# ==== ${status === 0 ? 'all passes passed' : 'FAILED'}:\n${results.map((l) => `#   ${l}`).join('\n')}`);
