@@ -104,6 +104,54 @@ export function parseV8Log(text: string | Buffer): V8CodeLog {
 
 const C = 'c'.charCodeAt(0);
 const S = 's'.charCodeAt(0);
+const COMMA = ','.charCodeAt(0);
+
+/**
+ * A code object's source position table, `C<code offset>O<script offset>[I<inlining id>]...`:
+ * its code offsets in ascending order and each entry's inlining id (−1: none). Read by hand,
+ * not by a regular expression: optimised code's tables are most of a log's bytes.
+ */
+export function positionTable(table: string): { offsets: Int32Array; ids: Int32Array } {
+  let n = 0;
+  for (let i = 0; i < table.length; i++) if (table.charCodeAt(i) === 67 /* C */) n++;
+  const offsets = new Int32Array(n);
+  const ids = new Int32Array(n);
+  let k = 0;
+  let sorted = true;
+  let i = 0;
+  const number = (): number => {
+    let sign = 1;
+    if (table.charCodeAt(i) === 45 /* - */) {
+      sign = -1;
+      i++;
+    }
+    let v = 0;
+    for (let c = table.charCodeAt(i); c >= 48 && c <= 57; c = table.charCodeAt(++i)) v = v * 10 + (c - 48);
+    return sign * v;
+  };
+  while (i < table.length && k < n) {
+    if (table.charCodeAt(i) !== 67) {
+      i++;
+      continue;
+    }
+    i++;
+    offsets[k] = number();
+    if (table.charCodeAt(i) === 79 /* O */) {
+      i++;
+      number();
+    }
+    if (table.charCodeAt(i) === 73 /* I */) {
+      i++;
+      ids[k] = number();
+    } else ids[k] = -1;
+    if (k > 0 && offsets[k]! < offsets[k - 1]!) sorted = false;
+    k++;
+  }
+  if (sorted) return { offsets: offsets.subarray(0, k), ids: ids.subarray(0, k) };
+  // the table is in code order; kept sorted in case it is not (stable: equal offsets keep order)
+  const order = Array.from({ length: k }, (_, j) => j).sort((a, b) => offsets[a]! - offsets[b]! || a - b);
+  return { offsets: Int32Array.from(order, (j) => offsets[j]!), ids: Int32Array.from(order, (j) => ids[j]!) };
+}
 
 class V8CodeLogImpl implements V8CodeLog {
   /** `${start}:${size}` → the code objects created there, in log order. */
@@ -143,16 +191,14 @@ class V8CodeLogImpl implements V8CodeLog {
           sfis.set(sfi, { name: p.name, file: p.file, line: p.line, column: p.column, raw: name });
         }
       } else if (head.startsWith('code-source-info,')) {
+        // most code inlines nothing: its line ends with two empty fields, and its position
+        // table (the line's bulk) is not decoded
+        if (nl - at > 2 && data[nl - 1] === COMMA && data[nl - 2] === COMMA) continue;
         const f = data.toString('latin1', at, nl).split(',');
         if (f.length < 8 || f[6] === '') continue; // nothing inlined
         const rec = last.get(parseInt(f[1]!, 16));
         if (!rec || rec.offsets) continue;
-        const offsets: number[] = [];
-        const ids: number[] = [];
-        for (const m of f[5]!.matchAll(/C(\d+)O(-?\d+)(?:I(\d+))?/g)) {
-          offsets.push(Number(m[1]));
-          ids.push(m[3] === undefined ? -1 : Number(m[3]));
-        }
+        const { offsets, ids } = positionTable(f[5]!);
         const fns = [...f[7]!.matchAll(/S(?:0x)?([0-9a-fA-F]+)/g)].map((m) => sfis.get(parseInt(m[1]!, 16)));
         const functions: (InlinedFunction | undefined)[] = [];
         const parents: number[] = [];
@@ -160,10 +206,8 @@ class V8CodeLogImpl implements V8CodeLog {
           functions.push(m[1] === '' ? undefined : fns[Number(m[1])]);
           parents.push(m[3] === undefined ? -1 : Number(m[3]));
         }
-        // the table is in code order; kept sorted in case it is not
-        const order = offsets.map((_, i) => i).sort((a, b) => offsets[a]! - offsets[b]! || a - b);
-        rec.offsets = Int32Array.from(order, (i) => offsets[i]!);
-        rec.ids = Int32Array.from(order, (i) => ids[i]!);
+        rec.offsets = offsets;
+        rec.ids = ids;
         rec.functions = functions;
         rec.parents = Int32Array.from(parents);
         this.withInlining++;

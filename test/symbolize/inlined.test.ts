@@ -15,7 +15,7 @@ import { test } from 'node:test';
 import { Label, Location } from '../../src/profile/pprof.js';
 
 import { symbolize } from '../../src/symbolize/index.js';
-import { parseV8Log } from '../../src/symbolize/v8-log.js';
+import { parseV8Log, positionTable } from '../../src/symbolize/v8-log.js';
 import { makeProfile } from '../profile/util.js';
 import { root, tempDir } from '../helpers.js';
 import { decode } from '../run/decode.js';
@@ -168,4 +168,14 @@ test('symbolize: an optimised frame gets one line per inlined function before it
   } finally {
     delete process.env.MIMALLOC_PPROF_TEST_NO_INLINE;
   }
+});
+
+test('a position table read by hand: offsets, inlining ids (-1: none), negative script offsets, and code order restored when the log is out of it', () => {
+  const t = positionTable('C0O0C4O1182I0C9O-1C17O53I2');
+  assert.deepEqual([...t.offsets], [0, 4, 9, 17]);
+  assert.deepEqual([...t.ids], [-1, 0, -1, 2]);
+  const u = positionTable('C9O1I1C4O2C9O3I3C0O4');
+  assert.deepEqual([...u.offsets], [0, 4, 9, 9]);
+  assert.deepEqual([...u.ids], [-1, -1, 1, 3], 'equal offsets keep their order');
+  assert.equal(positionTable('').offsets.length, 0);
 });
