@@ -16,13 +16,19 @@ import { release } from 'node:os';
 import { join } from 'node:path';
 
 import { fixture, root as repoRoot } from '../helpers.js';
-import { execWrapper, mimallocLabel } from '../mimalloc.js';
+import { execWrapper, mimallocLabel, onMusl } from '../mimalloc.js';
 import { buildTestHooks, KV, runUnder } from '../reliability/util.js';
 
 const NO_BUILTIN = ['-fno-builtin-malloc', '-fno-builtin-free', '-fno-builtin-calloc', '-fno-builtin-realloc'];
 const ENV = { MIMALLOC_PROF: '1', MIMALLOC_PROF_SAMPLE_INTERVAL: '4096', MIMALLOC_PROF_SEED: '3', MP_TEST_UNWIND_CHECK: '1' };
 
 const cross = execWrapper.length > 0;
+
+/** Every test here checks the table-driven walk, which the musl build leaves out
+ * (docs/install.md, musl), with a C++ fixture (MUSL_NO_CXX). */
+const skipOnMusl = {
+  skip: onMusl && "musl: the table-driven unwinder checked here is off on musl (it needs glibc 2.35's _dl_find_object), and the fixture is C++",
+};
 
 function tally(bin: string, env: Record<string, string> = {}) {
   const r = runUnder(buildTestHooks(), bin, ['60'], { ...ENV, ...env }, 120_000);
@@ -47,7 +53,7 @@ for (const [variant, flags] of [
   ['-O2 without frame pointers', ['-O2', '-fomit-frame-pointer']],
   ['-O0 with frame pointers', ['-O0', '-fno-omit-frame-pointer']],
 ] as const) {
-  test(`every sampled stack is the one libgcc's unwinder finds (${variant}, ${mimallocLabel})`, (t) => {
+  test(`every sampled stack is the one libgcc's unwinder finds (${variant}, ${mimallocLabel})`, skipOnMusl, (t) => {
     const bin = fixture('unwind', { flags: [...NO_BUILTIN, ...flags], variant: flags[0] });
     const { stacks, agreed, fallbacks } = tally(bin);
     t.diagnostic(`${agreed} of ${stacks} stacks identical; ${fallbacks} walks needed libgcc's unwinder for a step no rule could take`);
@@ -95,7 +101,7 @@ if (cross) {
 // from takes the rest from it, once every stack word those steps read is found unchanged. The fixture's stacks share
 // their upper frames and differ below, and its recursion returns to the same depth through other callers, so a memo
 // trusted without that check gives other stacks' frames.
-test(`the walk's memo serves most walks and every stack is still libgcc's (${mimallocLabel})`, (t) => {
+test(`the walk's memo serves most walks and every stack is still libgcc's (${mimallocLabel})`, skipOnMusl, (t) => {
   const bin = fixture('unwind', { flags: [...NO_BUILTIN, '-O2', '-fomit-frame-pointer'], variant: '-O2' });
   const r = tally(bin);
   t.diagnostic(`${r.agreed} of ${r.stacks} identical; ${r.memoWhole} walks taken whole from the memo, ${r.memoPart} from a later step`);
@@ -103,7 +109,7 @@ test(`the walk's memo serves most walks and every stack is still libgcc's (${mim
   assert.ok(r.memoWhole + r.memoPart >= r.stacks / 4, `the memo served ${r.memoWhole + r.memoPart} of ${r.stacks} walks`);
 });
 
-test('positive control: the memo trusted without checking the stack words (MP_TEST_MEMO_TRUST=1) gives stacks libgcc disagrees with', (t) => {
+test('positive control: the memo trusted without checking the stack words (MP_TEST_MEMO_TRUST=1) gives stacks libgcc disagrees with', skipOnMusl, (t) => {
   const bin = fixture('unwind', { flags: [...NO_BUILTIN, '-O2', '-fomit-frame-pointer'], variant: '-O2' });
   const r = tally(bin, { MP_TEST_MEMO_TRUST: '1' });
   t.diagnostic(`control: ${r.agreed} of ${r.stacks} identical`);
@@ -111,7 +117,7 @@ test('positive control: the memo trusted without checking the stack words (MP_TE
   assert.ok(r.agreed < r.stacks, 'every stack agreed with the memo trusted blindly');
 });
 
-test('positive control: frame-pointer steps alone, without the fallback (MP_TEST_UNWIND_FP_ONLY=1), disagree with libgcc', (t) => {
+test('positive control: frame-pointer steps alone, without the fallback (MP_TEST_UNWIND_FP_ONLY=1), disagree with libgcc', skipOnMusl, (t) => {
   const bin = fixture('unwind', { flags: [...NO_BUILTIN, '-O2', '-fomit-frame-pointer'], variant: '-O2' });
   const { stacks, agreed } = tally(bin, { MP_TEST_UNWIND_FP_ONLY: '1' });
   t.diagnostic(`${agreed} of ${stacks} stacks identical`);
@@ -136,7 +142,7 @@ const sources: { title: string; env: Record<string, string>; boundsByQuery: bool
   { title: 'the tables\' pages kept (MP_TEST_UNWIND_KEEP_PAGES=1)', env: { MP_TEST_UNWIND_KEEP_PAGES: '1' }, boundsByQuery: query, handsBack: false },
 ];
 for (const c of sources) {
-  test(`${c.title}: every stack still libgcc's (${mimallocLabel})`, (t) => {
+  test(`${c.title}: every stack still libgcc's (${mimallocLabel})`, skipOnMusl, (t) => {
     const bin = fixture('unwind', { flags: [...NO_BUILTIN, '-O2', '-fomit-frame-pointer'], variant: '-O2' });
     const r = tally(bin, c.env);
     t.diagnostic(`${r.agreed} of ${r.stacks} identical; main thread's bounds by ioctl ${r.boundsQuery}, by text ${r.boundsText}; other threads' by their attributes ${r.boundsAttr}; rules parsed ${r.rulesParsed}, ${r.givenBack} bytes of table pages handed back`);
