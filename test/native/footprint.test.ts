@@ -20,7 +20,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 
 import { root, tempDir } from '../helpers.js';
-import { mimallocLabel } from '../mimalloc.js';
+import { MUSL_NO_NODE, mimallocLabel, onMusl } from '../mimalloc.js';
 import { buildTestHooks, runUnder } from '../reliability/util.js';
 
 const SHARE = 0.02;
@@ -74,7 +74,7 @@ function judge(stopped: Footprint, profiled: Footprint) {
   return { added, budget: SHARE * profiled.livePeakKiB!, text };
 }
 
-test(`profiling node-mix adds at most 2 % of its live heap at the peak; both controls add more (${mimallocLabel})`, (t) => {
+test(`profiling node-mix adds at most 2 % of its live heap at the peak; both controls add more (${mimallocLabel})`, { skip: onMusl && MUSL_NO_NODE }, (t) => {
   const stopped = nodeMix({});
   const profiled = nodeMix({ MIMALLOC_PROF: '1' });
   const ours = judge(stopped, profiled);

@@ -12,7 +12,7 @@ import { test } from 'node:test';
 import { Profile } from '../../src/profile/pprof.js';
 
 import { fixture, runPreloaded, tempDir } from '../helpers.js';
-import { mimallocLabel } from '../mimalloc.js';
+import { MUSL_NO_NODE, mimallocLabel, onMusl } from '../mimalloc.js';
 
 const script =
   'const keep = []; function fill(n) { for (let i = 0; i < n; i++) keep.push(Buffer.alloc(64 << 10, i)); }' +
@@ -46,7 +46,7 @@ function nodeRun(perfMap: boolean) {
   return { samples: p.sample.length, jit: jit.length, jitLabelled: jit.filter((s) => labelOf(s) !== undefined).length, labels, mapBytes };
 }
 
-test(`a Node process's samples carry the perf map's size at their making (${mimallocLabel})`, () => {
+test(`a Node process's samples carry the perf map's size at their making (${mimallocLabel})`, { skip: onMusl && MUSL_NO_NODE }, () => {
   const on = nodeRun(true);
   assert.ok(on.samples > 50, `${on.samples} samples`);
   assert.ok(on.jit >= 20, `${on.jit} samples with JIT frames`);
