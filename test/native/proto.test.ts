@@ -9,7 +9,8 @@ import { Profile } from '../../src/profile/pprof.js';
 import { fixture, run, runPreloaded, tempDir } from '../helpers.js';
 
 test('profile.proto: heap sample types, unsampled values, mappings with build IDs', () => {
-  const bin = fixture('sites');
+  // a build ID asked for: the musl pass's musl-gcc (its specs' own link line) gives none by default
+  const bin = fixture('sites', { flags: ['-Wl,--build-id'], variant: '-build-id' });
   const dir = tempDir();
   const r = runPreloaded(bin, [join(dir, 'p.heap'), join(dir, 'p.pb'), '0.05'], {
     MIMALLOC_PROF: '1',
