@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 
 import { fixture, pprofRaw, runPreloaded, stackHas, tempDir } from '../helpers.js';
-import { mimallocDefectEnv } from '../mimalloc.js';
+import { mimallocDefectEnv, onMusl } from '../mimalloc.js';
 
 interface StressOutput {
   ops: number;
@@ -43,7 +43,8 @@ test('no crash, no hang, every dump valid, and no record outlives its block', ()
   assert.ok(!readdirSync(dir).some((f) => f.includes('.tmp.')), 'a temporary file was left behind');
 });
 
-test('positive control: blocks freed behind the profiler stay in the profile', () => {
+// the control frees through mimalloc's own mi_free, which the musl build links in unexported
+test('positive control: blocks freed behind the profiler stay in the profile', { skip: onMusl && "musl: the library links mimalloc in with its names hidden, so there is no mi_free to free behind the profiler's back" }, () => {
   const { workerSamples } = stress(['bypass']);
   assert.ok(workerSamples > 0, 'the leak gate did not see records of blocks freed behind its back');
 });
