@@ -64,7 +64,9 @@ export function ensureMusl() {
   const bin = join(muslDir, 'bin');
   mkdirSync(bin, { recursive: true });
   const cc = join(bin, 'musl-gcc');
-  writeFileSync(cc, `#!/bin/sh\nexec "\${REALGCC:-gcc}" "$@" -specs "${specsFile}"\n`);
+  // the specs' link line replaces gcc's, which Debian's gcc gives a build ID: asked for here,
+  // so the shipped library and the programs built with it carry one (profiles name binaries by it)
+  writeFileSync(cc, `#!/bin/sh\nexec "\${REALGCC:-gcc}" "$@" -specs "${specsFile}" -Wl,--build-id\n`);
   chmodSync(cc, 0o755);
   return {
     cc,

@@ -9,7 +9,8 @@
 // independent archive with MI_OVERRIDE=OFF; then the preload library, the Node-API addon and
 // the helper tools, with that archive linked in and its names hidden (native/Makefile
 // MIMALLOC_STATIC). Every binary is checked: no libmimalloc among its needed libraries, no
-// mimalloc name exported, the glibc version it needs (recorded in the package, for the loader).
+// mimalloc name exported, a build ID, the glibc version it needs (recorded in the package, for
+// the loader).
 // Then one npm package per target (@mimalloc-pprof/<target>, selected by os/cpu/libc) and the
 // main package with them as optionalDependencies, packed with `npm pack` into build/packages.
 //
@@ -134,7 +135,8 @@ export function elfFacts(file, readelf = 'readelf') {
   const versions = [...syms.matchAll(/@GLIBC_(\d+)\.(\d+)(?:\.(\d+))?/g)].map((m) => [Number(m[1]), Number(m[2]), Number(m[3] ?? 0)]);
   versions.sort((a, b) => a[0] - b[0] || a[1] - b[1] || a[2] - b[2]);
   const top = versions.at(-1);
-  return { needed, exported, glibc: top ? top.slice(0, top[2] ? 3 : 2).join('.') : undefined };
+  const buildId = /Build ID: ([0-9a-f]+)/.exec(execFileSync(readelf, ['-n', '-W', file], { encoding: 'utf8' }))?.[1];
+  return { needed, exported, glibc: top ? top.slice(0, top[2] ? 3 : 2).join('.') : undefined, buildId };
 }
 
 /** The global names an object or archive defines (readelf reads any ELF machine's). */
@@ -163,6 +165,8 @@ export function checkShipped(files, archive, readelf = 'readelf') {
     const allowed = /^(libc|libm|libdl|libpthread|librt|ld-linux[-\w]*|ld-musl-[\w]+)\.so(\.\d+)?$/;
     const other = facts.needed.filter((n) => !allowed.test(n));
     if (other.length > 0) throw new Error(`${f} needs ${other.join(', ')}, which a slim system may lack`);
+    // profiles name a binary by its build ID (pprof's mappings, symbolisation elsewhere)
+    if (facts.buildId === undefined) throw new Error(`${f} has no build ID (link with --build-id)`);
     if (facts.glibc && (!glibc || cmpVersion(facts.glibc, glibc) > 0)) glibc = facts.glibc;
   }
   return glibc;
