@@ -8,10 +8,12 @@
  * profiler stopped, exact counters on, profiler sampling. */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 
-import { fixture, run, runPreloaded, tempDir, type Run } from '../helpers.js';
+import { buildDir, fixture, fixturesDir, run, runPreloaded, tempDir, type Run } from '../helpers.js';
+import { onMusl } from '../mimalloc.js';
 
 const MiB = 1 << 20;
 const LIVE = 100 * MiB; // the fixture's 100 blocks of 1 MiB
@@ -55,13 +57,28 @@ function bin(): string {
   return fixture('introspect', { variant: '-glibc', flags: ['-Wl,--no-as-needed', '-lc'] });
 }
 
+/** The control's binary. In the musl pass the fixture is a musl program, whose C library has
+ * none of these functions: the control (glibc's own answers, the reference for the text shapes
+ * and mallopt's results) is then the same source built by this machine's glibc compiler, without
+ * the library, and it is never run preloaded. */
+function controlBin(): string {
+  if (!onMusl) return bin();
+  const src = join(fixturesDir, 'introspect.c');
+  const out = join(buildDir, 'introspect-host-glibc');
+  mkdirSync(buildDir, { recursive: true });
+  if (existsSync(out) && statSync(out).mtimeMs >= statSync(src).mtimeMs) return out;
+  const r = spawnSync('cc', ['-std=gnu11', '-g', '-O1', src, '-o', out, '-ldl'], { encoding: 'utf8' });
+  assert.equal(r.status, 0, `building the glibc control failed:\n${r.stderr}`);
+  return out;
+}
+
 const results = new Map<Mode, Result>();
 function resultOf(mode: Mode): Result {
   let res = results.get(mode);
   if (res !== undefined) return res;
   const xmlPath = join(tempDir('mpp-introspect-'), 'malloc_info.xml');
   const r: Run =
-    mode === 'glibc' ? run(bin(), [xmlPath], { LD_PRELOAD: '' }, 20_000) : runPreloaded(bin(), [xmlPath], MODE_ENV[mode], 20_000);
+    mode === 'glibc' ? run(controlBin(), [xmlPath], { LD_PRELOAD: '' }, 20_000) : runPreloaded(bin(), [xmlPath], MODE_ENV[mode], 20_000);
   assert.equal(r.signal, null, `${mode}: killed by ${r.signal}\n${r.stderr}`);
   assert.equal(r.status, 0, `${mode}: exit ${r.status}\n${r.stderr}`);
   const kv = new Map<string, string>();
