@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 
 import { buildDir, root } from '../helpers.js';
-import { libDir, mimallocLabel, mimallocLinkFlags } from '../mimalloc.js';
+import { libDir, mimallocLabel, mimallocLinkFlags, targetCC } from '../mimalloc.js';
 import { buildTestHooks, KV, runUnder } from '../reliability/util.js';
 
 const cli = join(root, 'dist', 'src', 'cli', 'bin.js');
@@ -40,10 +40,12 @@ function fixture(): string {
   const pc = spawnSync('pkg-config', ['--cflags', '--libs', 'mimalloc-pprof'], { encoding: 'utf8', env: { ...process.env, PKG_CONFIG_PATH: say(['pkg-config-path']) } });
   assert.equal(pc.status, 0, pc.stderr);
   const flags = pc.stdout.trim().split(/\s+/);
-  const r = spawnSync('cc', ['-std=gnu11', '-O1', '-g', '-Wall', '-Wextra', '-Werror', '-fno-builtin-malloc', '-fno-builtin-free',
-    '-fno-builtin-calloc', '-fno-builtin-realloc', join(root, 'test', 'native', 'fixtures', 'events.c'), '-o', out, ...flags,
-    // the library under test (the second pass builds it against another mimalloc)
-    `-L${libDir}`, `-Wl,-rpath,${libDir}`, ...mimallocLinkFlags, '-lpthread'], { encoding: 'utf8' });
+  // the target's compiler (the musl pass: musl-gcc), and the library under test named before
+  // pkg-config's folder (the other passes build it elsewhere: against another mimalloc, or
+  // against musl, whose loader would otherwise find the build/ library by the rpath)
+  const r = spawnSync(targetCC, ['-std=gnu11', '-O1', '-g', '-Wall', '-Wextra', '-Werror', '-fno-builtin-malloc', '-fno-builtin-free',
+    '-fno-builtin-calloc', '-fno-builtin-realloc', join(root, 'test', 'native', 'fixtures', 'events.c'), '-o', out,
+    `-L${libDir}`, `-Wl,-rpath,${libDir}`, ...flags, ...mimallocLinkFlags, '-lpthread'], { encoding: 'utf8' });
   assert.equal(r.status, 0, r.stderr);
   return out;
 }
