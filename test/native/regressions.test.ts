@@ -13,7 +13,7 @@ import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'no
 import { join } from 'node:path';
 
 import { buildDir, fixture, parseHeapText, runPreloaded, tempDir, weight } from '../helpers.js';
-import { firstPass, libDir, mimallocLabel } from '../mimalloc.js';
+import { firstPass, libDir, mimallocLabel, targetCC, targetTrue } from '../mimalloc.js';
 import { buildTestHooks, KV, runUnder } from '../reliability/util.js';
 
 const LIB = join(libDir, 'libmimalloc-pprof.so');
@@ -234,7 +234,7 @@ __attribute__((noinline, noipa)) void* mp_alloc_slow(size_t n, size_t a, unsigne
 int entry(void** out, size_t n) { int saved = errno; void* p = mp_alloc_slow(n, 64, 0, 0); errno = saved; *out = p; return p ? 0 : 12; }
 `;
   writeFileSync(src, code);
-  const cc = spawnSync('cc', ['-O2', '-fomit-frame-pointer', '-shared', '-fPIC', src, '-o', obj], { encoding: 'utf8' });
+  const cc = spawnSync(targetCC, ['-O2', '-fomit-frame-pointer', '-shared', '-fPIC', src, '-o', obj], { encoding: 'utf8' });
   assert.equal(cc.status, 0, cc.stderr);
   assert.equal(slowPathCalls(obj).length, 1);
 });
@@ -271,7 +271,7 @@ test('a dlopen\'ed library refuses to start (ENOTSUP, said once) instead of reco
 });
 
 test(`MIMALLOC_PROF_VERBOSE=1 names the mimalloc in use, the one the library was built against (${mimallocLabel})`, (t) => {
-  const r = runPreloaded('/bin/true', [], { MIMALLOC_PROF_VERBOSE: '1' }, 30_000);
+  const r = runPreloaded(targetTrue(), [], { MIMALLOC_PROF_VERBOSE: '1' }, 30_000);
   const line = r.stderr.split('\n').find((l) => l.includes('mimalloc-pprof: mimalloc ')) ?? '';
   t.diagnostic(line);
   assert.match(line, /^mimalloc-pprof: mimalloc (\d+\.\d+\.\d+) \(built against \1, (linked in statically|from \/\S*mimalloc\S*)\); interposer active; /);
@@ -279,7 +279,7 @@ test(`MIMALLOC_PROF_VERBOSE=1 names the mimalloc in use, the one the library was
 
 test('MIMALLOC_PROF_ARENA_SIZE=0 (or below the minimum) warns and keeps the default', () => {
   for (const value of ['0', '1m']) {
-    const r = runPreloaded('/bin/true', [], { MIMALLOC_PROF: '1', MIMALLOC_PROF_ARENA_SIZE: value, MIMALLOC_PROF_VERBOSE: '1' }, 30_000);
+    const r = runPreloaded(targetTrue(), [], { MIMALLOC_PROF: '1', MIMALLOC_PROF_ARENA_SIZE: value, MIMALLOC_PROF_VERBOSE: '1' }, 30_000);
     assert.equal(r.status, 0);
     assert.match(r.stderr, new RegExp(`invalid value for MIMALLOC_PROF_ARENA_SIZE \\(ignored, using the default\\): ${value}`));
     assert.match(r.stderr, /profiler running/);
