@@ -13,14 +13,20 @@ import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'no
 import { join } from 'node:path';
 
 import { buildDir, fixture, parseHeapText, runPreloaded, tempDir, weight } from '../helpers.js';
-import { firstPass, libDir, mimallocLabel, targetCC, targetTrue } from '../mimalloc.js';
-import { buildTestHooks, KV, runUnder } from '../reliability/util.js';
+import { firstPass, libDir, mimallocLabel, onMusl, targetCC, targetTrue } from '../mimalloc.js';
+import { buildTestHooks, KV, runUnder as runUnderAny } from '../reliability/util.js';
 
 const LIB = join(libDir, 'libmimalloc-pprof.so');
 /** The fixtures' allocations must happen: gcc deletes malloc/free pairs and blocks it can
  * see are never read. */
 const NO_BUILTIN = ['-fno-builtin-malloc', '-fno-builtin-free', '-fno-builtin-calloc', '-fno-builtin-realloc'];
 const build = (name: string, flags: string[] = [], variant = '') => fixture(name, { flags: [...NO_BUILTIN, ...flags], variant });
+/** runUnder, the fixtures' own link to the library (DT_NEEDED libmimalloc-pprof.so, found by
+ * their rpath in the production folder) resolved to the preloaded build. glibc's loader takes
+ * the preloaded library for it by its soname; musl's matches files only, and would load the
+ * production build beside a preloaded test-hooks build: two copies of the library. */
+const runUnder: typeof runUnderAny = (lib, cmd, args, env = {}, timeoutMs) =>
+  runUnderAny(lib, cmd, args, onMusl ? { LD_LIBRARY_PATH: lib, ...env } : env, timeoutMs);
 
 test(`threads that end without the wrapper (C11 threads, main thread pthread_exit): late samples are dropped and never register the ending thread again (${mimallocLabel})`, (t) => {
   const bin = build('thread_exit');
