@@ -145,10 +145,12 @@ test(`stops racing frees of huge sampled blocks on four threads: no crash (${mim
 // The race is a matter of timing: most 500-stop runs of the control crash (7 of 8 on an idle
 // machine with mimalloc 3.0.1), a loaded machine let three in a row through once and six in
 // a row in CI, so the control has up to twenty runs to show it (the gate's one run of the fixed library must never crash).
-test('positive control: a stop that narrows the filter before it drops the records (MP_TEST_STOP_NARROWS_FIRST=1) crashes (in one of at most 20 runs)', (t) => {
+// On musl one run crashes 17-51 % of the time (one run of twenty let all through): sixty there.
+const STOP_RACE_TRIES = onMusl ? 60 : 20;
+test(`positive control: a stop that narrows the filter before it drops the records (MP_TEST_STOP_NARROWS_FIRST=1) crashes (in one of at most ${STOP_RACE_TRIES} runs)`, (t) => {
   const ends: string[] = [];
   let caught = false;
-  for (let i = 0; i < 20 && !caught; i++) {
+  for (let i = 0; i < STOP_RACE_TRIES && !caught; i++) {
     const r = runUnder(buildTestHooks(), build('stop_race'), ['500'], { MP_TEST_STOP_NARROWS_FIRST: '1' }, 60_000);
     ends.push(`status ${r.status} signal ${r.signal}`);
     caught = r.signal !== null || r.status !== 0;
@@ -264,13 +266,20 @@ test('no frame of the library itself in any stack (the thread wrapper stays out 
   assert.deepEqual(inside, []);
 });
 
-test('a dlopen\'ed library refuses to start (ENOTSUP, said once) instead of recording nothing', () => {
+test('a dlopen\'ed library refuses to start (ENOTSUP, said once) instead of recording nothing; on musl its loader refuses the library itself', () => {
   const r = spawnSync(build('dlopened'), [LIB], { encoding: 'utf8', timeout: 30_000 });
-  assert.equal(r.status, 0, r.stderr);
-  const kv = new KV(r.stdout);
-  assert.equal(kv.str('start'), '0');
-  assert.match(kv.str('errno'), /not supported/i);
-  assert.match(r.stderr, /malloc is not interposed/);
+  if (onMusl) {
+    // musl's loader refuses to dlopen a library with initial-exec TLS (the library's per-thread
+    // state, read on every allocation): dlopen fails and nothing of the library runs
+    assert.equal(r.status, 1, r.stderr);
+    assert.match(new KV(r.stdout).str('dlopen'), /initial-exec TLS/);
+  } else {
+    assert.equal(r.status, 0, r.stderr);
+    const kv = new KV(r.stdout);
+    assert.equal(kv.str('start'), '0');
+    assert.match(kv.str('errno'), /not supported/i);
+    assert.match(r.stderr, /malloc is not interposed/);
+  }
   // the control: preloaded, the same start succeeds
   const pre = runPreloaded(build('dlopened'), [LIB], {}, 30_000);
   assert.equal(new KV(pre.stdout).str('start'), '1');
