@@ -35,6 +35,7 @@ export const SCOPE = '@mimalloc-pprof';
  */
 export const MIMALLOC_SOURCES = [
   { version: '3.6.0+ds-1', suite: 'sid', dscSha256: '8ba5f29f49f0505aee3fb2adb808e1645cb89015d21367bac90e250b05c57485' },
+  { version: '3.0.1+ds-2.1', suite: 'trixie', dscSha256: '7904c3edc6bf8e23b0f4a8524f3090aa6f27d2c161d45c181f29f37c9c169f21' },
   { version: '2.0.9+ds-2', suite: 'bookworm', dscSha256: 'fb324e4faaa693d90f5bf0a8e652ea96f41d4c7f6ea432ea819756e8f70ce42d' },
 ];
 
