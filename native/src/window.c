@@ -118,35 +118,28 @@ bool mi_prof_window_open(void) {
   return fresh != NULL;
 }
 
-bool mi_prof_window_read(mi_prof_window_t* out) {
-  int cancel = mp_cancel_off();
-  bool guard = mp_tls.in_profiler;
-  mp_tls.in_profiler = true;
-  mp_lock(&lock);
-  bool open = slots != NULL;
-  if (out != NULL) *out = (mi_prof_window_t){.live_bytes = bytes, .live_count = count, .overflowed = overflowed};
-  mp_unlock(&lock);
-  mp_profiler_leave(&mp_tls, guard);
-  mp_cancel_restore(cancel);
-  return open;
-}
-
-bool mi_prof_window_close(mi_prof_window_t* out) {
+/* The figures so far into `out`; with `close`, the window ends. Whether one was open. */
+static bool window_report(mi_prof_window_t* out, bool close) {
   int cancel = mp_cancel_off();
   bool guard = mp_tls.in_profiler;
   mp_tls.in_profiler = true;
   mp_lock(&lock);
   slot_t* old = slots;
   if (out != NULL) *out = (mi_prof_window_t){.live_bytes = bytes, .live_count = count, .overflowed = overflowed};
-  slots = NULL;
-  bytes = count = 0;
-  atomic_store(&mp_window_open, false);
+  if (close) {
+    slots = NULL;
+    bytes = count = 0;
+    atomic_store(&mp_window_open, false);
+  }
   mp_unlock(&lock);
-  if (old != NULL) mp_os_free(old, WINDOW_SLOTS * sizeof(slot_t));
+  if (close && old != NULL) mp_os_free(old, WINDOW_SLOTS * sizeof(slot_t));
   mp_profiler_leave(&mp_tls, guard);
   mp_cancel_restore(cancel);
   return old != NULL;
 }
+
+bool mi_prof_window_read(mi_prof_window_t* out) { return window_report(out, false); }
+bool mi_prof_window_close(mi_prof_window_t* out) { return window_report(out, true); }
 
 /* fork: taken last in the prepare handler (a leaf), so the child never inherits it held or
  * the set half-changed; the child keeps the window (its blocks are its own copies). */
