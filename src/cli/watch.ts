@@ -95,10 +95,7 @@ export class Watch {
       // a sample's stack, else its native allocation site (the profiles are cut so, at add)
       rows = g.flat.map((r) => ({ ...r, peak: Math.max(this.peaks.get(`${this.type}\0${r.name}`) ?? 0, ...r.series) }));
       for (const r of rows) this.peaks.set(`${this.type}\0${r.name}`, r.peak);
-      const times = g.times;
-      const totals = g.totals;
-      const slope = fitSlope(times, totals);
-      if (slope) perMinute = [slope[0] * 60, slope[1] * 60, slope[2] * 60];
+      perMinute = [g.total.bytesPerSecond * 60, g.total.low * 60, g.total.high * 60];
     } else {
       note = 'growth: from the second profile on';
     }
@@ -108,27 +105,6 @@ export class Watch {
     rows.sort((a, b) => key[this.sort](b) - key[this.sort](a) || a.name.localeCompare(b.name));
     return { rows: rows.slice(0, n), total: { now, peak: this.peakTotal, ...(perMinute ? { perMinute } : {}) }, unit, ...(note ? { note } : {}) };
   }
-}
-
-/** Least-squares slope of ys over xs with a normal 95 % interval from the residuals. */
-function fitSlope(xs: number[], ys: number[]): [number, number, number] | undefined {
-  const n = xs.length;
-  if (n < 2) return undefined;
-  const mx = xs.reduce((a, b) => a + b, 0) / n;
-  const my = ys.reduce((a, b) => a + b, 0) / n;
-  let sxx = 0;
-  let sxy = 0;
-  for (let i = 0; i < n; i++) {
-    sxx += (xs[i]! - mx) ** 2;
-    sxy += (xs[i]! - mx) * (ys[i]! - my);
-  }
-  if (sxx <= 0) return undefined;
-  const b = sxy / sxx;
-  if (n < 3) return [b, b, b];
-  let sse = 0;
-  for (let i = 0; i < n; i++) sse += (ys[i]! - my - b * (xs[i]! - mx)) ** 2;
-  const se = Math.sqrt(sse / (n - 2) / sxx);
-  return [b, b - 1.96 * se, b + 1.96 * se];
 }
 
 function amount(v: number, unit: string): string {

@@ -87,6 +87,8 @@ export interface GrowthResult {
   times: number[];
   /** The in-use total per profile. */
   totals: number[];
+  /** The total's growth per second with its 95 % interval, fitted as each row is. */
+  total: { bytesPerSecond: number; low: number; high: number; significant: boolean };
   sampleType: string;
   unit: string;
   /** Every function by its cumulative figure, fastest growth first (who is on the stack). */
@@ -350,7 +352,9 @@ export function growth(profiles: { profile: Profile; name: string }[], sampleTyp
     (k) => info.get(k)?.program === true,
     (k) => info.get(k)?.js === true,
   ).sort(order);
-  return { times, totals, sampleType, unit, functions, flat, chains };
+  const all = fitter.fit(seriesOf(rows, n));
+  const total = { bytesPerSecond: all.slope, low: all.low, high: all.high, significant: all.significant };
+  return { times, totals, total, sampleType, unit, functions, flat, chains };
 }
 
 /**

@@ -109,3 +109,18 @@ test('growth refuses what it cannot order', () => {
   b!.profile.timeNanos = 0;
   assert.throws(() => growth([a!, b!]), /has no time/);
 });
+
+test('the total is fitted as each row is: its series is the totals, its slope the leak\'s and the steady set\'s together (20 seeds)', () => {
+  let covered = 0;
+  for (let seed = 1; seed <= 20; seed++) {
+    const g = growth(series(seed, true));
+    const leak = g.functions.find((f) => f.name === 'leaky')!;
+    const steady = g.functions.find((f) => f.name === 'steady')!;
+    // a fit is linear in its series: the total's slope is the sum of the two functions'
+    assert.ok(Math.abs(g.total.bytesPerSecond - (leak.bytesPerSecond + steady.bytesPerSecond)) <= 1e-6 * MiB, `seed ${seed}`);
+    assert.ok(g.total.low <= g.total.bytesPerSecond && g.total.bytesPerSecond <= g.total.high);
+    if (g.total.low <= MiB && MiB <= g.total.high) covered++;
+  }
+  // the same coverage rule as the rows' (a 95 % interval: 17 of 20 at least)
+  assert.ok(covered >= 17, `the true slope was inside the total's interval ${covered} times of 20`);
+});
