@@ -103,6 +103,8 @@ export async function memoryBudget(fn: () => unknown, limits: MemoryLimits): Pro
   };
   const availability = profiler.available();
   if (!availability.available) throw new Error(`${HINT} (${availability.reason ?? 'not available'})`);
+  // one window at a time: a second budget running meanwhile would reset this one's
+  if (memoryEvents.window() !== null) throw new Error('memoryBudget: another memoryBudget is running (budgets cannot overlap: run such tests one at a time)');
   const gc = await collector();
   const started = !profiler.isRunning() && profiler.start({ interval: limits.interval ?? 65536, accum: true });
   const eventsWere = memoryEvents.isEnabled();

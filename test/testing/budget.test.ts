@@ -47,6 +47,7 @@ function checkLeakCaught(t: { diagnostic(s: string): void }, out: string): void 
   assert.equal(failure[4], fixture);
   assert.match(out, /^not ok 1 - leaky: keeps 1 MiB$/m);
   assert.match(out, /^ok 2 - control: drops what it handles$/m);
+  assert.match(out, /^ok 3 - overlap: a budget inside a running budget is refused, and the outer one still counts$/m);
   const cost = /BUDGET .* with ([\d.]+) ms, alone ([\d.]+) ms/.exec(out);
   if (cost) t.diagnostic(`memoryBudget around a 1024-buffer loop: ${cost[1]} ms, the loop alone ${cost[2]} ms`);
 }
