@@ -4,8 +4,12 @@
  * and another keeps replacing 16 MiB. The leak must be significant with its slope within
  * ±30 % of the truth, and the steady function must not be. At the default interval a 1 MiB
  * block is sampled with q = 1 − e^(−2) and the slope's standard error is about 0.15 MiB/s, so
- * ±30 % fails about one run in twenty; at 128 KiB (q = 1 − e^(−8)) the leak's estimate is all
- * but exact. The statistic's calibration over many seeds is test/profile/growth.test.ts.
+ * ±30 % fails about one run in twenty; at 32 KiB (q = 1 − e^(−32)) the leak's estimate is all
+ * but exact. The chain that names the leak starts at the allocator's leaf, which the steady
+ * cache's 64 KiB blocks share: their estimate's spread per profile, about sqrt(256 (1 − q)/q)
+ * blocks, is 20 blocks (1.3 MiB) at 128 KiB (q = 0.39), where the leaf's slope once came out
+ * at 385 KiB/s, not significant (twice in four CI runs); at 32 KiB (q = 0.86) it is
+ * 6 blocks (0.4 MiB). The statistic's calibration over many seeds is test/profile/growth.test.ts.
  */
 import assert from 'node:assert/strict';
 import { readdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -27,7 +31,7 @@ test('growth --json over a Node program\'s periodic dumps: the leak grows at abo
     const r = runPreloaded(
       process.execPath,
       ['--expose-gc', '--perf-basic-prof', '--interpreted-frames-native-stack', app, index, dir, '8', '1'],
-      { MIMALLOC_PROF: '1', MIMALLOC_PROF_ACCUM: '1', MIMALLOC_PROF_SEED: '7', MIMALLOC_PROF_SAMPLE_INTERVAL: '131072' },
+      { MIMALLOC_PROF: '1', MIMALLOC_PROF_ACCUM: '1', MIMALLOC_PROF_SEED: '7', MIMALLOC_PROF_SAMPLE_INTERVAL: '32768' },
     );
     if (r.status === 0) rmSync(`/tmp/perf-${/\d+/.exec(readdirSync(dir)[0] ?? '')?.[0] ?? 'none'}.map`, { force: true });
     assert.equal(r.status, 0, r.stderr);
