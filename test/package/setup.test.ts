@@ -62,3 +62,19 @@ test('MIMALLOC_PPROF_APT=0, or no apt-get: nothing installed, one line naming th
   assert.equal(noApt.apt, '');
   assert.match(noApt.stderr, /^mimalloc-pprof: no prebuilt package fits [\w-]+, and the system libmimalloc \(2\.x or 3\.x\) with its headers is missing: install /);
 });
+
+// On macOS and Windows the install succeeds without building anything, in one line: a team
+// reads there the profiles its Linux servers took (docs/platforms.md). The platform is faked
+// with a preloaded script; the control is the same install on this Linux, which fails.
+test('on macOS or Windows: the install says in one line that profiles are read, not taken, and succeeds', () => {
+  const fake = join(bin, 'platform.cjs');
+  for (const platform of ['darwin', 'win32']) {
+    writeFileSync(fake, `Object.defineProperty(process, 'platform', { value: ${JSON.stringify(platform)} });\n`);
+    const r = setup({ PATH: tempDir('mpp-empty-path-'), NODE_OPTIONS: `--require=${fake}` });
+    assert.equal(r.status, 0, r.stderr);
+    assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
+    assert.match(r.stderr, new RegExp(`^mimalloc-pprof: the preload library needs Linux \\(LD_PRELOAD\\); this system is ${platform}: profiles can be read here`));
+  }
+  const control = setup({ PATH: tempDir('mpp-empty-path-') });
+  assert.equal(control.status, 1, 'the Linux install without mimalloc must fail (the control)');
+});
