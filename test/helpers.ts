@@ -18,6 +18,10 @@ export const root = packageRoot;
  * (test/package/matrix.test.ts checks it).
  */
 export const testNode = process.env.MIMALLOC_PPROF_TEST_NODE || process.execPath;
+/** The Node that runs with the library under test preloaded: testNode, or in the arm64 pass
+ * the official arm64 Node (scripts/cross.mjs ensureArm64Node), which targetArgv starts under
+ * the emulator. */
+export const targetNode = process.env.MIMALLOC_PPROF_TEST_ARM64_NODE || testNode;
 /** The major version of the Node running this test file. */
 export const nodeMajor = Number(process.versions.node.split('.')[0]);
 export const fixturesDir = join(root, 'test', 'native', 'fixtures');
@@ -84,6 +88,12 @@ export function targetArgv(cmd: string, args: string[]): [string, string[]] {
   // `setarch ARCH -R program …` (no address randomisation): the emulator inherits the persona
   if (cmd === 'setarch' && args.length >= 3) return [cmd, [args[0]!, args[1]!, ...execWrapper, ...args.slice(2)]];
   return [execWrapper[0]!, [...execWrapper.slice(1), cmd, ...args]];
+}
+
+/** Runs a program built for the target (through the cross pass's emulator), not preloaded
+ * unless `env` says so: the controls on the target's own C library. */
+export function runTarget(cmd: string, args: string[], env: Record<string, string> = {}, timeoutMs = 120_000): Run {
+  return asRun(spawnSync(...targetArgv(cmd, args), { encoding: 'utf8', env: { ...process.env, ...env }, timeout: timeoutMs, maxBuffer: 64 << 20 }));
 }
 
 /** Runs a command with the preload library and the given MIMALLOC_* variables. */

@@ -4,7 +4,7 @@
  * The second pass sets MIMALLOC_PPROF_LIB (the library every preloaded run uses) and
  * MIMALLOC_PPROF_TEST_PREFIX (the prefix that test builds of the library link against). */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 
 import { libraryPath, packageRoot } from '../src/preload/library.js';
@@ -19,6 +19,13 @@ export const libDir = dirname(libraryPath());
 export const targetCC = process.env.MIMALLOC_PPROF_TEST_CC ?? 'cc';
 export const targetCXX = process.env.MIMALLOC_PPROF_TEST_CXX ?? 'g++';
 export const execWrapper: readonly string[] = JSON.parse(process.env.MIMALLOC_PPROF_TEST_EXEC_WRAPPER || '[]') as string[];
+/** The arm64 pass: the programs under test are aarch64's, run under qemu-user (execWrapper). */
+export const onCross = execWrapper.length > 0;
+/** The target's objdump (the arm64 pass's cross binutils), for disassembly checks. */
+export const targetObjdump = process.env.MIMALLOC_PPROF_TEST_OBJDUMP || 'objdump';
+/** Why the arm64 pass skips a check that needs what qemu-user (Debian 12's 7.2) lacks. */
+export const QEMU_NO_ADDRESS_REUSE =
+  "qemu-user: its mmap never hands out an address just freed (it searches on from its last mapping), so the cross-thread reuse race that this control needs cannot occur";
 
 /** The C library the programs under test are built for: 'musl' in the musl pass
  * (scripts/test-musl.mjs: musl-gcc's programs, the library with mimalloc linked in statically). */
@@ -45,10 +52,11 @@ export const testBuildRoot = prefix === '' ? join(packageRoot, 'build') : libDir
  * `-lmimalloc` takes the archive: the program gets mimalloc's own copy). */
 export const mimallocLinkFlags: readonly string[] = prefix === '' ? [] : [`-L${join(prefix, 'lib')}`, `-Wl,-rpath,${join(prefix, 'lib')}`];
 
-/** A program that does nothing, for the target's C library: /bin/true, or one built by the
- * target's compiler (a glibc program cannot take the musl library preloaded). */
+/** A program that does nothing, for the target: /bin/true, or one built by the target's
+ * compiler (a glibc program cannot take the musl library preloaded, nor an x86-64 one the
+ * arm64 library). */
 export function targetTrue(): string {
-  if (!onMusl) return '/bin/true';
+  if (!onMusl && !onCross) return '/bin/true';
   const out = join(testBuildRoot, 'test', 'true');
   if (!existsSync(out)) {
     mkdirSync(dirname(out), { recursive: true });
@@ -63,7 +71,10 @@ export const mimallocLabel = prefix === '' ? 'system mimalloc' : `mimalloc at ${
 
 /** The mimalloc version the library under test runs on, as its verbose line names it. */
 export function mimallocVersion(): string {
-  const r = spawnSync(targetTrue(), [], { encoding: 'utf8', env: { PATH: process.env.PATH, LD_PRELOAD: libraryPath(), MIMALLOC_PROF_VERBOSE: '1' } });
+  const r = spawnSync(execWrapper[0] ?? targetTrue(), [...execWrapper.slice(1), ...(onCross ? [targetTrue()] : [])], {
+    encoding: 'utf8',
+    env: { PATH: process.env.PATH, LD_PRELOAD: libraryPath(), MIMALLOC_PROF_VERBOSE: '1' },
+  });
   const m = /mimalloc-pprof: mimalloc (\d+\.\d+\.\d+)/.exec(r.stderr ?? '');
   if (!m) throw new Error(`no version line from the library under test: ${r.stderr}`);
   return m[1]!;
@@ -82,3 +93,23 @@ export function mimallocDefectEnv(): Record<string, string> {
 /** The suite's first pass (the system mimalloc's production build): the later passes
  * (scripts/run-tests.mjs) repeat the slowest gates with fewer runs, to keep the suite short. */
 export const firstPass = process.env.MIMALLOC_PPROF_LIB === undefined;
+
+/** The version a mimalloc.h declares (MI_MALLOC_VERSION: 209 is 2.0.9, 30001 is 3.0.1). */
+export function headerMimallocVersion(header: string): string {
+  const v = Number(/^#define MI_MALLOC_VERSION (\d+)/m.exec(readFileSync(header, 'utf8'))?.[1]);
+  return v >= 10000 ? `${Math.floor(v / 10000)}.${Math.floor(v / 100) % 100}.${v % 100}` : `${Math.floor(v / 100)}.${Math.floor(v / 10) % 10}.${v % 10}`;
+}
+
+/** The target system's own libmimalloc 2 (preloaded alone, for controls) and its version: this
+ * machine's package, or in the arm64 pass Debian's arm64 package under the mimalloc prefix
+ * (scripts/cross.mjs). null when there is none. */
+export function systemMimalloc(): { path: string; version: string } | null {
+  if (onCross) {
+    const path = join(prefix, 'lib', 'libmimalloc.so.2');
+    const header = join(prefix, 'include', 'mimalloc.h');
+    return existsSync(path) && existsSync(header) ? { path, version: headerMimallocVersion(header) } : null;
+  }
+  const path = '/usr/lib/x86_64-linux-gnu/libmimalloc.so.2';
+  const q = spawnSync('dpkg-query', ['-W', '-f', '${Version}', 'libmimalloc2.0'], { encoding: 'utf8' });
+  return existsSync(path) && q.status === 0 ? { path, version: q.stdout.trim() } : null;
+}

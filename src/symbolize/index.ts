@@ -152,6 +152,7 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
       nameOfLocation.set(num(loc.id), loc.line.map((l) => str(profile.function.find((f) => f.id === l.functionId)?.name ?? 0)));
       continue; // already symbolised
     }
+    let fileRead = false; // the mapping's file, the one the process had (build ID), was read
     if (mapping) {
       const file = str(mapping.filename);
       const trim = options.trimFile?.(file) ?? false;
@@ -159,6 +160,7 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
       // a file rebuilt or replaced since the dump (another machine's profile) is not this one
       const recorded = str(mapping.buildId);
       if (elf && recorded !== '' && elf.elf.buildId !== '' && elf.elf.buildId.toLowerCase() !== recorded.toLowerCase()) elf = null;
+      fileRead = elf !== null;
       const vaddr = elf ? elf.elf.runtimeToVaddr(address, num(mapping.memoryStart), num(mapping.fileOffset)) : undefined;
       const sym = elf && vaddr !== undefined ? elf.symbols.lookup(vaddr) : undefined;
       if (trim && sym?.name !== QUEUED_BY_SYMBOL) {
@@ -236,6 +238,16 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
       continue;
     }
     counts.unnamed++;
+    // A function the object's file was read for and has no symbol for, nor a debug file (sharp's
+    // addon and libvips ship stripped): named by its file, `[libvips-cpp.so.8.18.7]`, as `top`
+    // and `growth` show it, so that pprof gets a name and not a bare address. A file that could
+    // not be read keeps the location without a line, for `symbolize` where the file is.
+    if (mapping && fileRead && !anonymous) {
+      const file = str(mapping.filename);
+      const name = `[${basename(file)}]`;
+      loc.line = [new Line({ functionId: functionFor(name, name, file).id, line: 0 })];
+      nameOfLocation.set(num(loc.id), [name]);
+    }
   }
 
   for (const m of profile.mapping) {

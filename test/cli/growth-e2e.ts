@@ -19,6 +19,7 @@ import { join } from 'node:path';
 import { readProfileFile } from '../../src/profile/files.js';
 import { toNum } from '../../src/profile/model.js';
 import { root, tempDir } from '../helpers.js';
+import { assertFewUnnamed } from '../node-names.js';
 
 const cli = join(root, 'dist', 'src', 'cli', 'bin.js');
 const env = () => Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'LD_PRELOAD' && !k.startsWith('MIMALLOC_') && k !== 'NODE_OPTIONS'));
@@ -77,7 +78,9 @@ export async function growthEndToEnd(s: Service): Promise<void> {
       .filter((f) => /^app\.\d+\.\d+\.pb\.gz$/.test(f))
       .map((f) => join(dir, f));
     const series = all.filter((f) => {
-      const ms = toNum(readProfileFile(f).timeNanos) / 1e6;
+      const p = readProfileFile(f);
+      assertFewUnnamed(p, f);
+      const ms = toNum(p.timeNanos) / 1e6;
       return ms >= began && ms <= ended;
     });
     assert.ok(series.length >= 8, `${series.length} of ${all.length} periodic profiles taken while the driver ran`);

@@ -10,10 +10,12 @@ import { test } from 'node:test';
 
 import { parseProfile } from '../../src/profile/parse.js';
 import { root, run, runPreloaded, tempDir } from '../helpers.js';
+import { assertFewUnnamed } from '../node-names.js';
 import { cli, isOneLineError } from './util.js';
 
 const named = (path: string) => {
   const p = parseProfile(readFileSync(path), path);
+  assertFewUnnamed(p, path); // a Node profile's frames, named by symbolize
   return new Set(p.function.map((f) => p.stringTable.strings[Number(f.name)] ?? ''));
 };
 

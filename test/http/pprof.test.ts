@@ -9,6 +9,7 @@ import { Agent } from 'node:http';
 import { after, before, test } from 'node:test';
 
 import { parseProfile, sampleTypeNames, str } from '../../src/profile/index.js';
+import { assertFewUnnamed } from '../node-names.js';
 import { goPprof, httpGet, startService, topNames, waitFor, type Service } from './service.js';
 
 let svc: Service;
@@ -67,6 +68,7 @@ test('Go\'s content types, headers and errors; debug=1 text; gc=1', async () => 
   assert.equal(heap.headers['x-content-type-options'], 'nosniff');
   assert.deepEqual([...heap.body.subarray(0, 2)], [0x1f, 0x8b]);
   const p = parseProfile(heap.body);
+  assertFewUnnamed(p, '/debug/pprof/heap');
   assert.deepEqual(sampleTypeNames(p), ['alloc_objects/count', 'alloc_space/bytes', 'inuse_objects/count', 'inuse_space/bytes']);
   assert.equal(str(p, p.defaultSampleType), 'inuse_space');
   const allocs = await svc.get('/debug/pprof/allocs');

@@ -3,15 +3,14 @@
  * allocation, and with exact counters on. Found by the fuzz gate (docs/reliability.md):
  * mimalloc before 2.1.0 (Debian 12 ships 2.0.9) returns blocks of 256..1024 bytes aligned to
  * 128 only from mi_malloc_aligned; the library uses the _aligned_at forms (internal.h).
- * Control: the system mimalloc alone, preloaded, shows the defect where it has it (< 2.1); on
- * musl, the mimalloc archive that the library links in, linked into the fixture alone. */
+ * Control: the system mimalloc alone, preloaded, shows the defect where it has it (< 2.1; in
+ * the arm64 pass Debian's arm64 package, under qemu); on musl, the mimalloc archive that the library links in, linked into the fixture alone. */
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { test } from 'node:test';
 
-import { fixture, run, runPreloaded } from '../helpers.js';
-import { mimallocLinkFlags, onMusl } from '../mimalloc.js';
+import { fixture, run, runPreloaded, runTarget } from '../helpers.js';
+import { headerMimallocVersion, mimallocLinkFlags, onMusl, systemMimalloc } from '../mimalloc.js';
 
 const MODES: Record<string, Record<string, string>> = {
   stopped: {},
@@ -37,9 +36,7 @@ for (const [mode, env] of Object.entries(MODES)) {
 /** The version of the mimalloc archive that the library under test links in (the musl pass),
  * from its header: <prefix>/lib/libmimalloc.a, <prefix>/include/mimalloc.h. */
 function staticMimallocVersion(archive: string): string {
-  const header = readFileSync(join(dirname(dirname(archive)), 'include', 'mimalloc.h'), 'utf8');
-  const v = Number(/^#define MI_MALLOC_VERSION (\d+)/m.exec(header)?.[1]); // 209 is 2.0.9
-  return v >= 10000 ? `${Math.floor(v / 10000)}.${Math.floor(v / 100) % 100}.${v % 100}` : `${Math.floor(v / 100)}.${Math.floor(v / 10) % 10}.${v % 10}`;
+  return headerMimallocVersion(join(dirname(dirname(archive)), 'include', 'mimalloc.h'));
 }
 
 // On musl the library has mimalloc linked in statically, and there is no musl build of the
@@ -62,14 +59,14 @@ test(`positive control: the ${onMusl ? 'linked-in' : 'system'} mimalloc 2.0.x al
     assert.ok(c.misaligned > 0, r.stdout);
     return;
   }
-  const system = '/usr/lib/x86_64-linux-gnu/libmimalloc.so.2';
-  const version = run('sh', ['-c', "dpkg-query -W -f='${Version}' libmimalloc2.0 2>/dev/null"]).stdout.trim();
-  if (!existsSync(system) || !/^2\.0\./.test(version)) {
-    t.skip(`the defect is that of mimalloc 2.0.x; this system has ${version || 'another mimalloc'}`);
+  const system = systemMimalloc();
+  if (system === null || !/^2\.0\./.test(system.version)) {
+    t.skip(`the defect is that of mimalloc 2.0.x; this system has ${system?.version ?? 'another mimalloc'}`);
     return;
   }
+  const version = system.version;
   const bin = fixture('aligned', { variant: '-plain', flags: ['-Wl,--no-as-needed', '-lc'] });
-  const r = run(bin, [], { LD_PRELOAD: system }, 60_000);
+  const r = runTarget(bin, [], { LD_PRELOAD: system.path }, 60_000);
   const c = counts(r.stdout);
   t.diagnostic(`mimalloc ${version} alone: ${c.misaligned} of ${c.checked} blocks misaligned, e.g. ${/^bad=(.*)$/m.exec(r.stdout)?.[1]}`);
   assert.ok(c.misaligned > 0, r.stdout);

@@ -9,8 +9,11 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 
-import { fixture, run, runPreloaded, type Run } from '../helpers.js';
-import { onMusl } from '../mimalloc.js';
+import { existsSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+
+import { buildDir, fixture, runPreloaded, runTarget, type Run } from '../helpers.js';
+import { onMusl, targetCC } from '../mimalloc.js';
 
 /** The controls run the fixture without the library, on its C library's own allocator. */
 const MUSL_NO_GLIBC =
@@ -79,10 +82,19 @@ const MODE_EXPECTED: Readonly<Record<Mode, Record<string, string>>> = {
 const ERRNO_ON_IMPOSSIBLE_REQUEST = ['malloc_size_max', 'malloc_ptrdiff_max_plus_1', 'memalign_64_size_max'];
 const ERRNO_ON_FIRST_ALLOCATION = ['first_malloc_16'];
 
+/** The target's glibc (the arm64 pass's is its sysroot's, not this machine's), as a program
+ * built for it says. */
 function glibcVersion(): [number, number] {
-  const r = spawnSync('getconf', ['GNU_LIBC_VERSION'], { encoding: 'utf8' });
-  const m = /glibc (\d+)\.(\d+)/.exec(r.stdout ?? '');
-  assert.ok(m, `getconf GNU_LIBC_VERSION: ${r.stdout} ${r.stderr}`);
+  const out = join(buildDir, 'glibc-version');
+  if (!existsSync(out)) {
+    mkdirSync(buildDir, { recursive: true });
+    const src = '#include <gnu/libc-version.h>\n#include <stdio.h>\nint main(void) { puts(gnu_get_libc_version()); return 0; }\n';
+    const cc = spawnSync(targetCC, ['-x', 'c', '-', '-o', out], { input: src, encoding: 'utf8' });
+    assert.equal(cc.status, 0, cc.stderr);
+  }
+  const r = runTarget(out, []);
+  const m = /^(\d+)\.(\d+)/.exec(r.stdout);
+  assert.ok(m, `gnu_get_libc_version: ${r.stdout} ${r.stderr}`);
   return [Number(m[1]), Number(m[2])];
 }
 
@@ -123,7 +135,7 @@ function results_of(mode: Mode): Map<string, string> {
       // fixture() may link the library (as-needed): libc named first provides malloc, so the
       // control binary does not depend on the library; nothing is preloaded either
       const bin = fixture('degenerate', { variant: '-glibc', flags: ['-Wl,--no-as-needed', '-lc'] });
-      r = parse(run(bin, [], { LD_PRELOAD: '' }, 20_000), mode);
+      r = parse(runTarget(bin, [], { LD_PRELOAD: '' }, 20_000), mode);
     } else {
       r = parse(runPreloaded(fixture('degenerate'), [], MODE_ENV[mode], 20_000), mode);
     }

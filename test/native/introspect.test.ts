@@ -12,7 +12,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 
-import { buildDir, fixture, fixturesDir, run, runPreloaded, tempDir, type Run } from '../helpers.js';
+import { buildDir, fixture, fixturesDir, run, runPreloaded, runTarget, tempDir, type Run } from '../helpers.js';
 import { onMusl } from '../mimalloc.js';
 
 const MiB = 1 << 20;
@@ -78,7 +78,9 @@ function resultOf(mode: Mode): Result {
   if (res !== undefined) return res;
   const xmlPath = join(tempDir('mpp-introspect-'), 'malloc_info.xml');
   const r: Run =
-    mode === 'glibc' ? run(controlBin(), [xmlPath], { LD_PRELOAD: '' }, 20_000) : runPreloaded(bin(), [xmlPath], MODE_ENV[mode], 20_000);
+    mode === 'glibc'
+      ? (onMusl ? run : runTarget)(controlBin(), [xmlPath], { LD_PRELOAD: '' }, 20_000) // musl's control is this machine's
+      : runPreloaded(bin(), [xmlPath], MODE_ENV[mode], 20_000);
   assert.equal(r.signal, null, `${mode}: killed by ${r.signal}\n${r.stderr}`);
   assert.equal(r.status, 0, `${mode}: exit ${r.status}\n${r.stderr}`);
   const kv = new Map<string, string>();

@@ -11,7 +11,7 @@ import { test } from 'node:test';
 
 import { Profile } from '../../src/profile/pprof.js';
 
-import { fixture, runPreloaded, tempDir } from '../helpers.js';
+import { fixture, runPreloaded, targetNode, tempDir } from '../helpers.js';
 import { MUSL_NO_NODE, mimallocLabel, onMusl } from '../mimalloc.js';
 
 const script =
@@ -21,7 +21,7 @@ const script =
 function nodeRun(perfMap: boolean) {
   const dir = tempDir('mpp-jitmap-');
   const out = join(dir, 'raw.pb');
-  const r = runPreloaded(process.execPath, ['--perf-basic-prof', '-e', script], {
+  const r = runPreloaded(targetNode, ['--perf-basic-prof', '-e', script], {
     MIMALLOC_PROF: '1',
     MIMALLOC_PROF_ACCUM: '1',
     MIMALLOC_PROF_SAMPLE_INTERVAL: '65536',

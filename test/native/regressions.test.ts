@@ -12,8 +12,8 @@ import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
-import { buildDir, fixture, parseHeapText, runPreloaded, tempDir, weight } from '../helpers.js';
-import { firstPass, libDir, mimallocLabel, onMusl, targetCC, targetTrue } from '../mimalloc.js';
+import { buildDir, fixture, parseHeapText, runPreloaded, targetArgv, tempDir, weight } from '../helpers.js';
+import { firstPass, libDir, mimallocLabel, onCross, onMusl, targetCC, targetObjdump, targetTrue } from '../mimalloc.js';
 import { buildTestHooks, KV, runUnder as runUnderAny } from '../reliability/util.js';
 
 const LIB = join(libDir, 'libmimalloc-pprof.so');
@@ -208,25 +208,38 @@ test('posix_memalign keeps the caller frame chain: its stacks are as deep as ali
   assert.ok(depths[0]! >= 4, 'leaf, middle, main and libc');
 });
 
-/** Every hop from an exported entry point to a slow path must be a tail jump (`jmp`), so
- * the slow path sees the caller's rbp: a `call` gives rbp to the compiler. Returns the
- * offending `call` lines of a disassembly. */
-function slowPathCalls(object: string): string[] {
-  const dis = spawnSync('objdump', ['-d', '--no-show-raw-insn', object], { encoding: 'utf8', maxBuffer: 64 << 20 });
+/** The target's call and tail jump (x86-64 `call`/`jmp`, aarch64 `bl`/`b`) to a slow path. */
+const TO_SLOW = '\\s.*<mp_[a-z_]*_slow(?:@plt)?>';
+const SLOW_CALL = new RegExp(`${onCross ? '\\sbl' : '\\bcall'}${TO_SLOW}`);
+const SLOW_JUMP = new RegExp(`${onCross ? '\\sb' : '\\bjmp'}${TO_SLOW}`);
+
+/** The target's disassembly of `object` (the arm64 pass's cross objdump). */
+function disassembly(object: string): string {
+  const dis = spawnSync(targetObjdump, ['-d', '--no-show-raw-insn', object], { encoding: 'utf8', maxBuffer: 64 << 20 });
   assert.equal(dis.status, 0, dis.stderr);
+  assert.match(dis.stdout, onCross ? /file format elf64-littleaarch64/ : /file format elf64-x86-64/);
+  return dis.stdout;
+}
+
+/** Every hop from an exported entry point to a slow path must be a tail jump (`jmp`, `b`),
+ * so the slow path sees the caller's frame pointer (rbp, x29): a call gives it to the
+ * compiler. Returns the offending call lines of a disassembly. */
+function slowPathCalls(object: string): string[] {
   const bad: string[] = [];
   let fn = '';
-  for (const line of dis.stdout.split('\n')) {
+  for (const line of disassembly(object).split('\n')) {
     const head = /^[0-9a-f]+ <([^>]+)>:$/.exec(line);
     if (head) fn = head[1]!;
-    else if (/\bcall\s.*<mp_[a-z_]*_slow(?:@plt)?>/.test(line) && !/^mp_[a-z_]*_slow$/.test(fn)) bad.push(`${fn}: ${line.trim()}`);
+    else if (SLOW_CALL.test(line) && !/^mp_[a-z_]*_slow$/.test(fn)) bad.push(`${fn}: ${line.trim()}`);
   }
   return bad;
 }
 
 test('entry points reach the slow paths only by tail jumps (the built library, disassembled)', (t) => {
   const bad = slowPathCalls(LIB);
-  t.diagnostic(bad.length === 0 ? 'no call to a slow path outside the slow paths' : bad.join('\n'));
+  const jumps = disassembly(LIB).split('\n').filter((l) => SLOW_JUMP.test(l)).length;
+  t.diagnostic(`${jumps} tail jumps to slow paths; ${bad.length === 0 ? 'no call to one outside the slow paths' : bad.join('\n')}`);
+  assert.ok(jumps > 10, `${jumps} tail jumps found: the check reads this library's disassembly`);
   assert.deepEqual(bad, []);
 });
 
@@ -267,7 +280,7 @@ test('no frame of the library itself in any stack (the thread wrapper stays out 
 });
 
 test('a dlopen\'ed library refuses to start (ENOTSUP, said once) instead of recording nothing; on musl its loader refuses the library itself', () => {
-  const r = spawnSync(build('dlopened'), [LIB], { encoding: 'utf8', timeout: 30_000 });
+  const r = spawnSync(...targetArgv(build('dlopened'), [LIB]), { encoding: 'utf8', timeout: 30_000 });
   if (onMusl) {
     // musl's loader refuses to dlopen a library with initial-exec TLS (the library's per-thread
     // state, read on every allocation): dlopen fails and nothing of the library runs
@@ -375,7 +388,7 @@ test('positive control: without the deferral (MP_TEST_NO_SIGNAL_DEFER=1) runs en
 function sigtermDuringFork(lib: string, delayMs: number, env: Record<string, string> = {}): Promise<string | null> {
   const dir = tempDir();
   const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('MIMALLOC_') && !k.startsWith('MP_TEST_')));
-  const child = spawn(build('sigterm_fork'), [], {
+  const child = spawn(...targetArgv(build('sigterm_fork'), []), {
     env: {
       ...clean,
       LD_PRELOAD: join(lib, 'libmimalloc-pprof.so'),

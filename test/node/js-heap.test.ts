@@ -16,10 +16,12 @@ import { Profile } from '../../src/profile/pprof.js';
 
 import { libraryPath } from '../../src/preload/library.js';
 import { root } from '../helpers.js';
+import { assertFewUnnamed } from '../node-names.js';
 
 /** Bytes in use under `fn`, by heap label. */
 function byHeap(base64: string, fn: string): Record<string, number> {
   const p = Profile.decode(gunzipSync(Buffer.from(base64, 'base64')));
+  assertFewUnnamed(p, `the in-process profile read for ${fn}`);
   const str = (i: number | bigint) => p.stringTable.strings[Number(i)] ?? '';
   const inuse = p.sampleType.findIndex((t) => str(t.type) === 'inuse_space');
   const fnIds = new Set(p.function.filter((f) => str(f.name) === fn).map((f) => Number(f.id)));

@@ -12,6 +12,7 @@ import { test } from 'node:test';
 import { parseProfile, top, findSampleType } from '../../src/profile/index.js';
 import { root, runPreloaded } from '../helpers.js';
 import { mimallocLabel } from '../mimalloc.js';
+import { assertFewUnnamed } from '../node-names.js';
 
 const MiB = 1 << 20;
 
@@ -44,6 +45,7 @@ test(`profile({ peak: true }), stats().peak and ?peak=1 hold the freed high-wate
   const out = JSON.parse(r.stdout.trim().split('\n').pop()!) as { peak: string; now: string; http: string; status: number; bad: number; stats: { bytes: number; unixMs: number; snapshots: number } };
   const cum = (b64: string) => {
     const p = parseProfile(Buffer.from(b64, 'base64'));
+    assertFewUnnamed(p, 'profile({ peak }) / profile() / the endpoint');
     return top(p, findSampleType(p, 'inuse_space')).find((row) => row.name === 'buildPeakNode')?.cum ?? 0;
   };
   const sd = MiB * Math.sqrt((64 * Math.exp(-2)) / -Math.expm1(-2));

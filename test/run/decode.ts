@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { gunzipSync } from 'node:zlib';
 
 import { Profile } from '../../src/profile/pprof.js';
+import { assertFewUnnamed } from '../node-names.js';
 
 export interface DecodedSample {
   inuse: number;
@@ -23,9 +24,12 @@ export interface Decoded {
   samples: DecodedSample[];
 }
 
-export function decode(path: string): Decoded {
+/** Decodes; a Node profile must also have ≤ 1 % beneath frames without a name (node-names.ts),
+ * unless `unnamed: 'allowed'` (a control that breaks naming on purpose). */
+export function decode(path: string, options: { unnamed?: 'allowed' } = {}): Decoded {
   const buf = readFileSync(path);
   const profile = Profile.decode(buf[0] === 0x1f ? gunzipSync(buf) : buf);
+  if (options.unnamed !== 'allowed') assertFewUnnamed(profile, path);
   const str = (i: number | bigint) => profile.stringTable.strings[Number(i)] ?? '';
   const fn = new Map(profile.function.map((f) => [Number(f.id), f]));
   const loc = new Map(profile.location.map((l) => [Number(l.id), l]));

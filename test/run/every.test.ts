@@ -15,6 +15,8 @@ import { test } from 'node:test';
 
 import { root, tempDir } from '../helpers.js';
 import { mimallocLabel } from '../mimalloc.js';
+import { readProfileFile } from '../../src/profile/files.js';
+import { assertFewUnnamed } from '../node-names.js';
 
 const MiB = 1 << 20;
 const cli = join(root, 'dist', 'src', 'cli', 'bin.js');
@@ -34,6 +36,7 @@ test(`run --every 1s: a named series while the program runs, which growth reads 
     assert.match(r.stderr, /wrote \d+ periodic profiles of pid \d+: .*app\.\d+\.1\.pb\.gz … .*app\.\d+\.\d+\.pb\.gz/);
     const series = readdirSync(dir).filter((f) => /^app\.\d+\.\d+\.pb\.gz$/.test(f)).map((f) => join(dir, f));
     assert.ok(series.length >= 7, `${series.length} periodic profiles`);
+    for (const f of series) assertFewUnnamed(readProfileFile(f), f);
     const g = spawnSync(process.execPath, [cli, 'growth', '--json', ...series], { env: env(), encoding: 'utf8' });
     assert.equal(g.status, 0, g.stderr);
     const out = JSON.parse(g.stdout) as { functions: { function: string; bytesPerSecond: number; significant: boolean }[] };

@@ -4,11 +4,12 @@
  * copy's load bias) can span JIT code below it (seen on Node 24: a hand-dumped profile's
  * JavaScript frames all fell in `node`'s mapping and stayed unnamed). An address of a file's
  * mapping that the file has no name for is named from V8's perf map; one the file names keeps
- * its name. Control: without the perf map the frame stays unnamed.
+ * its name. Control: without the perf map the frame is named by its file only (`[file]`, as a
+ * stripped object's functions are), never as JavaScript.
  */
 import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { test } from 'node:test';
 
 import { Location, Mapping, type Profile } from '../../src/profile/pprof.js';
@@ -68,9 +69,17 @@ test("an address of a file's mapping that the file does not name is named from t
   assert.equal(counts.javascript, 1);
 });
 
-test('control: without the perf map the frame stays unnamed', () => {
+test('control: without the perf map the frame is not named as JavaScript: only by its file, [libmimalloc-pprof.so], as top shows it', () => {
   const p = profileWith([JIT]);
   const { counts } = symbolize(p, {});
+  assert.deepEqual(outerNames(p), [`[${basename(libraryPath())}]`]);
+  assert.equal(counts.unnamed, 1); // counted as a frame no symbol named
+  assert.equal(counts.javascript, 0);
+});
+
+test('a frame of a file that is not the one the process mapped (another build ID) keeps no name, for symbolize where the file is', () => {
+  const p = profileWith([JIT]);
+  p.mapping[p.mapping.length - 1]!.buildId = p.stringTable.dedup('00112233445566778899aabbccddeeff00112233');
+  symbolize(p, {});
   assert.deepEqual(outerNames(p), ['?']);
-  assert.equal(counts.unnamed, 1);
 });

@@ -1,0 +1,34 @@
+/**
+ * The check every Node profile the tests decode goes through (test/node-names.ts): at most
+ * 1 % of its bytes beneath frames without a name. Positive control: a Node profile with 2 % of
+ * its bytes under an address no symbol names fails it; 0.5 % passes; a C program's profile is
+ * not a Node profile and is not checked.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import { assertFewUnnamed, isNodeProfile, unnamedShares } from '../node-names.js';
+import { makeProfile } from '../profile/util.js';
+
+// values: alloc_objects, alloc_space, inuse_objects, inuse_space (makeProfile's order)
+const profile = (unnamedBytes: number, leaf = 'node::Buffer::New') =>
+  makeProfile({
+    samples: [
+      { stack: [leaf, 'main'], values: [1, 10_000 - unnamedBytes, 1, 10_000 - unnamedBytes] },
+      { stack: [0x7f0000001234n, 'main'], values: [1, unnamedBytes, 1, unnamedBytes] },
+    ],
+  });
+
+test('a Node profile with 2 % of its bytes under an unnamed frame fails the check; 0.5 % passes', () => {
+  const bad = profile(200);
+  assert.ok(isNodeProfile(bad));
+  assert.equal(unnamedShares(bad).inuse_space, 0.02);
+  assert.throws(() => assertFewUnnamed(bad, 'control'), /2\.00 % of \w+_space beneath frames without a name/);
+  assert.doesNotThrow(() => assertFewUnnamed(profile(50), 'within the bound'));
+});
+
+test("a C program's profile is not a Node profile: not checked", () => {
+  const c = profile(5_000, 'leak_here');
+  assert.equal(isNodeProfile(c), false);
+  assert.doesNotThrow(() => assertFewUnnamed(c, 'C'));
+});
