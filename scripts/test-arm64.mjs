@@ -1,9 +1,10 @@
 // The arm64 pass of `npm test` (`npm run test:arm64`): the preload library, the addon and the
 // tools built for aarch64 (scripts/cross.mjs: Debian's cross compiler against Debian's arm64
-// libmimalloc, into build/linux-arm64), and a chosen part of the suite run against them under
-// qemu's user-mode emulator: the native suites (their C and C++ fixtures built by the cross
-// compiler and started through qemu-aarch64 -L <sysroot>), the statistical tests, and the
-// Node tests on the official arm64 Node 24 (JS attribution, pool threads, signals under run).
+// libmimalloc, into build/linux-arm64), and part of the suite run against them under qemu's
+// user-mode emulator: the whole native suite (its C and C++ fixtures built by the cross compiler
+// and started through qemu-aarch64 -L <sysroot>, its Node cases on the arm64 Node), the fork and
+// signal gates, and the Node tests on the official arm64 Node 24 (JS attribution, pool threads,
+// signals under run).
 // The test files themselves run on this machine's Node; the programs they start run on arm64.
 //   node scripts/test-arm64.mjs [node --test options]
 import { spawnSync } from 'node:child_process';
