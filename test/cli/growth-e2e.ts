@@ -13,6 +13,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
+import http from 'node:http';
 import { readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -46,6 +47,10 @@ export interface Service {
   seconds: number;
   /** drives the service on port for `seconds`: the requests answered and the seconds they took */
   drive: (port: number) => Promise<{ answered: number; seconds: number }>;
+  /** variables for run (a control's) */
+  env?: Record<string, string>;
+  /** a control: the first three rows must not name the function */
+  expectMissing?: boolean;
 }
 
 export async function growthEndToEnd(s: Service): Promise<void> {
@@ -53,7 +58,7 @@ export async function growthEndToEnd(s: Service): Promise<void> {
   try {
     const child = spawn(process.execPath, [cli, 'run', '--every', '1s', '--top', '0', '--out', 'app.pb.gz', '--', process.execPath, s.app, String(s.seconds + 2)], {
       cwd: dir,
-      env: env(),
+      env: { ...env(), ...s.env },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let stderr = '';
@@ -92,6 +97,10 @@ export async function growthEndToEnd(s: Service): Promise<void> {
     const shown = (rows: Row[]) => JSON.stringify(rows.slice(0, 3).map((r) => [r.name, r.bytesPerSecond, (r.via ?? []).slice(0, 8)]));
     const row = out.chains.slice(0, 3).find(names);
     console.log(`# ${answered} requests in ${seconds.toFixed(1)} s: true rate ${(truth / 1048576).toFixed(3)} MiB/s; growth's row: ${row ? `${(row.bytesPerSecond / 1048576).toFixed(3)} MiB/s [${(row.low / 1048576).toFixed(3)}, ${(row.high / 1048576).toFixed(3)}]` : 'none'}; first rows: ${shown(out.chains)}`);
+    if (s.expectMissing) {
+      assert.ok(!row, `control: ${s.fn} is in the first 3 rows: ${shown(out.chains)}`);
+      return;
+    }
     assert.ok(row, `${s.fn} is not in the first 3 rows: ${shown(out.chains)}`);
     assert.ok(key.test(row.programFunction ?? ''), JSON.stringify(row.programFunction));
     assert.ok(row.significant, JSON.stringify(row));
@@ -101,4 +110,29 @@ export async function growthEndToEnd(s: Service): Promise<void> {
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/** GET /item over one keep-alive connection at `rate` requests a second for `seconds`. */
+export async function driveItems(port: number, rate: number, seconds: number): Promise<{ answered: number; seconds: number }> {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  const get = () =>
+    new Promise<void>((resolve, reject) => {
+      http
+        .get({ host: '127.0.0.1', port, path: '/item', agent }, (res) => {
+          res.resume();
+          res.on('end', resolve);
+        })
+        .on('error', reject);
+    });
+  const started = Date.now();
+  let answered = 0;
+  while (Date.now() - started < seconds * 1000) {
+    const due = started + (answered * 1000) / rate;
+    if (Date.now() < due) await new Promise((r) => setTimeout(r, due - Date.now()));
+    await get();
+    answered++;
+  }
+  const took = (Date.now() - started) / 1000;
+  agent.destroy();
+  return { answered, seconds: took };
 }

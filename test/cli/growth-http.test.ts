@@ -14,12 +14,11 @@
  * Control: the same check on the cumulative ranking (growth's ranking before issue 29) fails:
  * its first rows are root frames with the same slope.
  */
-import http from 'node:http';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
 import { root } from '../helpers.js';
-import { growthEndToEnd } from './growth-e2e.js';
+import { driveItems, growthEndToEnd } from './growth-e2e.js';
 
 const RATE = 250; // requests a second: about 2750 blocks of which q = 0.118 are sampled at the default interval: a relative standard error of sqrt((1-q)/(2750 q)), near 5 %, so ±30 % is about six of them
 const SECONDS = 11;
@@ -31,28 +30,6 @@ test('a leaking node:http service under run --every 1s: growth\'s first 3 rows n
     line: 9,
     kept: 64 << 10,
     seconds: SECONDS,
-    drive: async (port) => {
-      const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
-      const get = () =>
-        new Promise<void>((resolve, reject) => {
-          http
-            .get({ host: '127.0.0.1', port, path: '/item', agent }, (res) => {
-              res.resume();
-              res.on('end', resolve);
-            })
-            .on('error', reject);
-        });
-      const started = Date.now();
-      let answered = 0;
-      while (Date.now() - started < SECONDS * 1000) {
-        const due = started + (answered * 1000) / RATE;
-        if (Date.now() < due) await new Promise((r) => setTimeout(r, due - Date.now()));
-        await get();
-        answered++;
-      }
-      const seconds = (Date.now() - started) / 1000;
-      agent.destroy();
-      return { answered, seconds };
-    },
+    drive: (port) => driveItems(port, RATE, SECONDS),
   });
 });
