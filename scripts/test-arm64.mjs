@@ -59,6 +59,8 @@ const env = (lib) => ({
     MIMALLOC_PPROF_TEST_OBJDUMP: t.objdump,
     MIMALLOC_PPROF_TEST_EXEC_WRAPPER: JSON.stringify([t.qemu, '-L', t.sysroot]),
     MIMALLOC_PPROF_TEST_ARM64_NODE: node,
+    // the profiles name /lib/aarch64-linux-gnu/libc.so.6 and the like as qemu's guest sees them
+    MIMALLOC_PPROF_SYSROOT: t.sysroot,
 });
 
 const label = `qemu-aarch64, Node ${ARM64_NODE_VERSION}`;

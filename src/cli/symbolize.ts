@@ -54,7 +54,7 @@ export const symbolizeCommand: Command = {
     const js = report.perfMap ? `, ${report.javascript} JavaScript from ${report.perfMap}` : ', no JavaScript (no perf map)';
     io.err.write(
       wasRaw
-        ? `mimalloc-pprof: named ${report.native} native locations${js}; ${report.unnamed} left as addresses; wrote ${out}\n`
+        ? `mimalloc-pprof: named ${report.native} native locations${js}${report.byFile > 0 ? `, ${report.byFile} by their file alone (no symbol)` : ''}; ${report.unnamed} left as addresses; wrote ${out}\n`
         : `mimalloc-pprof: ${raw} was already named; wrote ${out}\n`,
     );
     return 0;

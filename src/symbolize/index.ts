@@ -7,7 +7,7 @@
  * addresses are kept. Frames of the preload library itself (its thread-start trampoline)
  * are trimmed, and each sample's `thread` label names the kind of thread that allocated.
  */
-import { basename } from 'node:path';
+import { basename, join } from 'node:path';
 
 import { Function as ProfileFunction, Label, Line, Location, Mapping, type Profile } from '../profile/pprof.js';
 
@@ -35,12 +35,17 @@ export interface SymbolizeOptions {
   v8Log?: V8CodeLog;
   /** How far the perf map had been written when the log started (v8-log-start.cts). */
   v8LogFrom?: number;
+  /** Folders that hold the process's files under their own paths (a container's root, an
+   * emulator's -L prefix), searched before the path itself; the file whose build ID is the
+   * recorded one is used. Default: MIMALLOC_PPROF_SYSROOT, colon-separated. */
+  sysroots?: readonly string[];
 }
 
 export interface SymbolizeResult {
   profile: Profile;
-  /** Locations named from ELF symbols, from the perf map, and left as addresses. */
-  counts: { native: number; javascript: number; unnamed: number };
+  /** Locations named from ELF symbols, from the perf map, by their file alone (a stripped
+   * object: `[libvips-cpp.so.8.18.7]`), and left as addresses. */
+  counts: { native: number; javascript: number; byFile: number; unnamed: number };
 }
 
 const num = (v: number | bigint | undefined): number => (v === undefined ? 0 : Number(v));
@@ -60,6 +65,25 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
       }
     }
     return symbolizers.get(file) ?? null;
+  };
+  const sysroots = options.sysroots ?? (process.env.MIMALLOC_PPROF_SYSROOT ?? '').split(':').filter((d) => d !== '');
+  // The file the process mapped: under a sysroot, or at its path; one with another build ID
+  // (rebuilt or replaced since the dump, or another machine's) is not it.
+  const mappedFiles = new Map<string, { elf: ElfFile; symbols: ElfSymbolizer } | null>();
+  const mappedFileOf = (file: string, buildId: string) => {
+    const key = `${file}\0${buildId}`;
+    if (!mappedFiles.has(key)) {
+      let found: { elf: ElfFile; symbols: ElfSymbolizer } | null = null;
+      for (const candidate of [...sysroots.map((root) => join(root, file)), file]) {
+        const e = elfOf(candidate);
+        if (e && (buildId === '' || e.elf.buildId === '' || e.elf.buildId.toLowerCase() === buildId.toLowerCase())) {
+          found = e;
+          break;
+        }
+      }
+      mappedFiles.set(key, found);
+    }
+    return mappedFiles.get(key) ?? null;
   };
   const debugFiles = new Map<string, { elf: ElfFile; symbols: ElfSymbolizer } | null>();
   const debugFileOf = (elf: ElfFile) => {
@@ -137,7 +161,7 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
   // the preload library's label of when each sample's stack was taken (native/src/jitmap.c)
   const jitKey = profile.stringTable.strings.indexOf('jit_map_bytes');
 
-  const counts = { native: 0, javascript: 0, unnamed: 0 };
+  const counts = { native: 0, javascript: 0, byFile: 0, unnamed: 0 };
   const trimmed = new Set<number>();
   const namedInMapping = new Map<number, number>();
   let jitLo = Infinity;
@@ -156,10 +180,7 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
     if (mapping) {
       const file = str(mapping.filename);
       const trim = options.trimFile?.(file) ?? false;
-      let elf = file ? elfOf(file) : null;
-      // a file rebuilt or replaced since the dump (another machine's profile) is not this one
-      const recorded = str(mapping.buildId);
-      if (elf && recorded !== '' && elf.elf.buildId !== '' && elf.elf.buildId.toLowerCase() !== recorded.toLowerCase()) elf = null;
+      const elf = file ? mappedFileOf(file, str(mapping.buildId)) : null;
       fileRead = elf !== null;
       const vaddr = elf ? elf.elf.runtimeToVaddr(address, num(mapping.memoryStart), num(mapping.fileOffset)) : undefined;
       const sym = elf && vaddr !== undefined ? elf.symbols.lookup(vaddr) : undefined;
@@ -237,7 +258,6 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
       counts.javascript++;
       continue;
     }
-    counts.unnamed++;
     // A function the object's file was read for and has no symbol for, nor a debug file (sharp's
     // addon and libvips ship stripped): named by its file, `[libvips-cpp.so.8.18.7]`, as `top`
     // and `growth` show it, so that pprof gets a name and not a bare address. A file that could
@@ -247,6 +267,9 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
       const name = `[${basename(file)}]`;
       loc.line = [new Line({ functionId: functionFor(name, name, file).id, line: 0 })];
       nameOfLocation.set(num(loc.id), [name]);
+      counts.byFile++;
+    } else {
+      counts.unnamed++;
     }
   }
 

@@ -34,9 +34,10 @@ export function recordedNumber(profile: Profile, key: string): number | undefine
 export const recordedPid = (profile: Profile): number | undefined => recordedNumber(profile, 'pid');
 
 export interface NamingReport {
-  /** Locations named from ELF symbols, from the perf map, and left as addresses. */
+  /** Locations named from ELF symbols, from the perf map, by their file alone, and left as addresses. */
   native: number;
   javascript: number;
+  byFile: number;
   unnamed: number;
   /** The perf map used, if any. */
   perfMap?: string;
@@ -47,7 +48,7 @@ export interface NamingReport {
  * could name. A profile without unnamed frames is left alone.
  */
 export function nameRawProfile(profile: Profile, options: { pid?: number; perfMapDir?: string } = {}): NamingReport {
-  if (!hasUnnamedFrames(profile)) return { native: 0, javascript: 0, unnamed: 0 };
+  if (!hasUnnamedFrames(profile)) return { native: 0, javascript: 0, byFile: 0, unnamed: 0 };
   const pid = options.pid ?? recordedPid(profile);
   const map = pid === undefined ? undefined : perfMapPath(pid, options.perfMapDir);
   const perfMap = map !== undefined && existsSync(map) ? map : undefined;

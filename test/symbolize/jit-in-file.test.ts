@@ -8,7 +8,7 @@
  * stripped object's functions are), never as JavaScript.
  */
 import assert from 'node:assert/strict';
-import { writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { test } from 'node:test';
 
@@ -25,9 +25,8 @@ const BASE = 0x7f0000000000;
 // far past the end of the library's file: no segment of it holds this address
 const JIT = BASE + 0x10000080;
 
-function profileWith(addresses: number[]): Profile {
+function profileWith(addresses: number[], file = libraryPath()): Profile {
   const p = makeProfile({ samples: addresses.map(() => ({ stack: ['leaf'], values: [0, 0, 1, 100] })) });
-  const file = libraryPath();
   const mapping = new Mapping({ id: p.mapping.reduce((a, m) => Math.max(a, Number(m.id)), 0) + 1, memoryStart: BASE, memoryLimit: BASE + 0x20000000, fileOffset: 0, filename: p.stringTable.dedup(file) });
   p.mapping.push(mapping);
   let id = p.location.reduce((a, l) => Math.max(a, Number(l.id)), 0);
@@ -73,7 +72,8 @@ test('control: without the perf map the frame is not named as JavaScript: only b
   const p = profileWith([JIT]);
   const { counts } = symbolize(p, {});
   assert.deepEqual(outerNames(p), [`[${basename(libraryPath())}]`]);
-  assert.equal(counts.unnamed, 1); // counted as a frame no symbol named
+  assert.equal(counts.byFile, 1);
+  assert.equal(counts.unnamed, 0);
   assert.equal(counts.javascript, 0);
 });
 
@@ -82,4 +82,21 @@ test('a frame of a file that is not the one the process mapped (another build ID
   p.mapping[p.mapping.length - 1]!.buildId = p.stringTable.dedup('00112233445566778899aabbccddeeff00112233');
   symbolize(p, {});
   assert.deepEqual(outerNames(p), ['?']);
+});
+
+// A profile of a process whose files sit elsewhere here (a container's root, qemu's -L prefix):
+// the mapping says /opt/app/lib/<library>, which is found under a sysroot.
+test('a file found under a sysroot (MIMALLOC_PPROF_SYSROOT or sysroots) is named from there; without it the frame stays an address', () => {
+  const root = tempDir('mpp-sysroot-');
+  const inside = '/opt/app/lib/libmimalloc-pprof.so';
+  mkdirSync(join(root, 'opt', 'app', 'lib'), { recursive: true });
+  copyFileSync(libraryPath(), join(root, inside));
+  const named = namedAddress();
+  const found = profileWith([named.address], inside);
+  symbolize(found, { sysroots: [root] });
+  assert.deepEqual(outerNames(found), [named.name]);
+  const control = profileWith([named.address], inside);
+  const { counts } = symbolize(control, { sysroots: [] });
+  assert.deepEqual(outerNames(control), ['?']);
+  assert.equal(counts.unnamed, 1);
 });
