@@ -254,7 +254,7 @@ test('two JavaScript functions of one name in two files are two rows; control: k
 });
 
 /** A series of `n` periodic profiles of process `pid` from `t0`, leaking `rate` bytes a second (exact figures). */
-function processSeries(pid: number, rate: number, t0: number, n: number, peakRss = (t: number) => 1e8 + t) {
+function processSeries(pid: number, rate: number, t0: number, n: number, peakRss = (t: number) => 1e8 + t, startTime?: number) {
   return Array.from({ length: n }, (_, t) => {
     const p = makeProfile({
       types: HEAP_TYPES.slice(2),
@@ -263,7 +263,10 @@ function processSeries(pid: number, rate: number, t0: number, n: number, peakRss
         { stack: ['leak', 'main'], values: [t + 1, (t + 1) * rate] },
         { stack: ['steady', 'main'], values: [4, 4 * MiB] },
       ],
-      comments: [`mimalloc-pprof interval=1 dropped_samples=0 live_samples=5 pid=${pid} peak_rss=${peakRss(t)}`, `mimalloc-pprof 0.1.0 run --every: profile ${t + 1} of pid=${pid}`],
+      comments: [
+        `mimalloc-pprof interval=1 dropped_samples=0 live_samples=5 pid=${pid} peak_rss=${peakRss(t)}${startTime !== undefined ? ` start_time=${startTime}` : ''}`,
+        `mimalloc-pprof 0.1.0 run --every: profile ${t + 1} of pid=${pid}`,
+      ],
     });
     p.timeNanos = BigInt(Math.round((t0 + t) * 1e9));
     return { profile: p, name: `p${pid}.${t}` };
@@ -345,4 +348,19 @@ test('the exit profile is shown as what it is and not fitted unless asked; contr
   const [lone] = growthSeries([periodic[0]!, exitProfile(true)]);
   assert.equal(lone!.result, undefined);
   assert.match(lone!.reason!, /^1 periodic profile \(and the exit profile, not fitted without --include-exit\): nothing to fit$/);
+});
+
+test('a pid reused, told by the recorded start time: two processes even where the peak RSS keeps rising; control: without start times, one', () => {
+  const rising = (base: number) => (t: number) => base + t; // the second process's peak above the first's: only the start time tells
+  const first = processSeries(888, MiB, 1_700_000_000, 4, rising(1e8), 1_699_999_999_000);
+  const second = processSeries(888, 3 * MiB, 1_700_000_010, 4, rising(2e8), 1_700_000_009_500);
+  const series = growthSeries([...first, ...second]);
+  assert.equal(series.length, 2, JSON.stringify(series.map((s) => s.label)));
+  assert.match(series[0]!.label, /^pid 888 \(started 1699999999000\)/);
+  assert.match(series[1]!.label, /^pid 888 \(started 1700000009500\)/);
+  assert.ok(Math.abs(series[0]!.result!.functions.find((f) => f.name === 'leak')!.bytesPerSecond - MiB) < 1);
+  assert.ok(Math.abs(series[1]!.result!.functions.find((f) => f.name === 'leak')!.bytesPerSecond - 3 * MiB) < 1);
+  // control: the same profiles without start times are one process (the peak never fell)
+  const control = growthSeries([...processSeries(888, MiB, 1_700_000_000, 4, rising(1e8)), ...processSeries(888, 3 * MiB, 1_700_000_010, 4, rising(2e8))]);
+  assert.equal(control.length, 1);
 });
