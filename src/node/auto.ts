@@ -5,10 +5,12 @@
  */
 import { isMainThread } from 'node:worker_threads';
 
+import { ensureCodeLog } from './code-log.js';
 import { configureFromEnv } from './dumps.js';
 
 if (isMainThread) {
   try {
+    ensureCodeLog(); // before the application's code is optimised: its inlined functions named
     configureFromEnv();
   } catch (e) {
     process.stderr.write(`mimalloc-pprof: dumps not started: ${e instanceof Error ? e.message : String(e)}\n`);

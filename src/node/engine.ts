@@ -15,7 +15,9 @@ import { packageRoot } from '../preload/library.js';
 import { diff, encodeHeapText, indexProfile, merge, parseProfile, scale, str, validateProfile } from '../profile/index.js';
 import { canonical, frameNames } from '../profile/model.js';
 import { isPreloadLibrary, symbolize } from '../symbolize/index.js';
+import { V8LogFollower } from '../symbolize/v8-log.js';
 import type { NativeAddon } from './addon.js';
+import type { CodeLogStart } from './code-log.js';
 
 /** Largest raw profile read back (a profile of millions of stacks is a bug elsewhere). */
 const MAX_RAW_BYTES = 512 << 20;
@@ -99,11 +101,18 @@ function rememberNativeNames(p: Profile): void {
   }
 }
 
+/** This process's code logs, read as they grow (one follower for the process's life). */
+let follower: V8LogFollower | undefined;
+function followerOf(start: CodeLogStart): V8LogFollower {
+  if (!follower || follower.dir !== start.dir) follower = new V8LogFollower(start.dir, process.pid);
+  return follower;
+}
+
 /**
  * Dumps, reads back and symbolises the profile of this process (`peak`: as it stood at the
  * high-water mark of its estimated in-use bytes); `path` is removed once read.
  */
-export function takeSnapshot(addon: NativeAddon, path: string, peak = false): Profile {
+export function takeSnapshot(addon: NativeAddon, path: string, peak = false, codeLog?: CodeLogStart): Profile {
   try {
     // the perf map as the dump sees it: code made afterwards may reuse a sampled frame's address
     const perfMap = perfMapOfThisProcess();
@@ -118,7 +127,14 @@ export function takeSnapshot(addon: NativeAddon, path: string, peak = false): Pr
     rmSync(path, { force: true });
     const profile = parseProfile(data, 'in-process profile', { maxBytes: MAX_RAW_BYTES });
     const known = nameKnownFrames(profile);
-    symbolize(profile, { pid: process.pid, perfMapPath: perfMap, ...(perfMapBytes !== undefined ? { perfMapBytes } : {}), trimFile: isPreloadLibrary });
+    const v8Log = codeLog && perfMap ? followerOf(codeLog).update() : undefined;
+    symbolize(profile, {
+      pid: process.pid,
+      perfMapPath: perfMap,
+      ...(perfMapBytes !== undefined ? { perfMapBytes } : {}),
+      ...(v8Log && codeLog ? { v8Log, v8LogFrom: codeLog.perfMapBytes } : {}),
+      trimFile: isPreloadLibrary,
+    });
     for (const m of known) m.hasFunctions = true;
     rememberNativeNames(profile);
     profile.comment.push(profile.stringTable.dedup(`mimalloc-pprof ${packageVersion()} in-process pid=${process.pid}`));

@@ -16,6 +16,7 @@ import { rename, rm, writeFile } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 
 import { checkAvailability, withAddon, type Availability, type NativeStats, type NativeWindow } from './addon.js';
+import { ensureCodeLog } from './code-log.js';
 import { startJsHeap } from './js-heap.js';
 import { measureRss } from './rss.cjs';
 import type { RssBreakdown } from '../profile/rss.js';
@@ -203,6 +204,7 @@ export const profiler = {
     const { jsHeap, includeProfilerThreads, ...native } = options;
     if (includeProfilerThreads !== undefined) snapshots.includeProfilerThreads = includeProfilerThreads;
     const started = withAddon((a) => a.start(native));
+    ensureCodeLog(); // from here on, functions the JIT inlines are named as themselves
     if (jsHeap === true) startJsHeap(options.interval ?? (withAddon((a) => a.stats()).sampleInterval || 524288));
     return started;
   },

@@ -16,6 +16,7 @@ import { Worker } from 'node:worker_threads';
 
 import { LibraryVersionError, MimallocPprofError, NotPreloadedError, ProfilerError } from '../errors.js';
 import { requireAddon } from './addon.js';
+import { ensureCodeLog } from './code-log.js';
 import { takeJsHeap } from './js-heap.js';
 import { v8HeapFigures } from './rss.cjs';
 import type { RenderSpec } from './engine.js';
@@ -260,8 +261,9 @@ export class SnapshotSource {
       const jsHeap = peak ? undefined : takeJsHeap();
       // the application's heap figures from its own thread; the worker measures the rest
       const v8Heap = peak ? undefined : v8HeapFigures();
+      const codeLog = ensureCodeLog();
       const ready = this.worker.call(
-        { op: 'snapshot', ...(jsHeap ? { jsHeap } : {}), ...(v8Heap ? { v8Heap } : {}), ...(peak ? { peak } : {}), excludeSelf: !this.includeProfilerThreads },
+        { op: 'snapshot', ...(jsHeap ? { jsHeap } : {}), ...(v8Heap ? { v8Heap } : {}), ...(peak ? { peak } : {}), ...(codeLog ? { codeLog } : {}), excludeSelf: !this.includeProfilerThreads },
         [],
         !this.includeProfilerThreads,
       ).then((r) => r as { id: number; timeNs: bigint; samples: number });

@@ -18,10 +18,11 @@ import { humanBytes } from '../cli/top.js';
 import { formatRssComment } from '../profile/rss.js';
 import { measureRss, type V8HeapFigures } from './rss.cjs';
 import { requireAddon, translate } from './addon.js';
+import type { CodeLogStart } from './code-log.js';
 import { render, renderDelta, renderWindow, takeSnapshot, type RenderSpec } from './engine.js';
 
 export type WorkerRequest =
-  | { seq: number; op: 'snapshot'; jsHeap?: { interval: number; profile: V8SamplingHeapProfile }; v8Heap?: V8HeapFigures; excludeSelf?: boolean; peak?: boolean }
+  | { seq: number; op: 'snapshot'; jsHeap?: { interval: number; profile: V8SamplingHeapProfile }; v8Heap?: V8HeapFigures; excludeSelf?: boolean; peak?: boolean; codeLog?: CodeLogStart }
   | { seq: number; op: 'render'; id: number; spec: RenderSpec }
   | { seq: number; op: 'delta'; baseId: number; id: number; spec: RenderSpec }
   | { seq: number; op: 'window'; baseId?: number; id: number; fromNs: bigint; untilNs: bigint }
@@ -68,7 +69,7 @@ if (parentPort) {
           if (msg.excludeSelf !== undefined) exclude(msg.excludeSelf);
           const id = nextId++;
           const timeNs = BigInt(Date.now()) * 1_000_000n;
-          const profile = takeSnapshot(requireAddon(), dumpPath, msg.peak === true);
+          const profile = takeSnapshot(requireAddon(), dumpPath, msg.peak === true, msg.codeLog);
           // a peak profile says so, with the estimate's standard error and when (src/profile/peak.ts)
           if (msg.peak === true) annotatePeak(profile, humanBytes);
           if (msg.jsHeap) {

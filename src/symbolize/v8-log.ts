@@ -28,7 +28,7 @@
  * Verified on Node 20 (V8 11.3): `leak` inlined into `caller`'s TurboFan code reads
  * `F1O53I0` … `S0x…7398`, the SFI of `code-creation,JS,10,…,leak /tmp/inl.cjs:2:14,0x…7398,~`.
  */
-import { readdirSync, readFileSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readdirSync, readFileSync, readSync } from 'node:fs';
 import { join } from 'node:path';
 
 import { parsePerfName } from './perfmap.js';
@@ -153,16 +153,23 @@ export function positionTable(table: string): { offsets: Int32Array; ids: Int32A
   return { offsets: Int32Array.from(order, (j) => offsets[j]!), ids: Int32Array.from(order, (j) => ids[j]!) };
 }
 
+/** Per log (isolate): SFI address → function, the last code object created at an address. */
+interface LogState {
+  sfis: Map<number, InlinedFunction>;
+  last: Map<number, CodeRecord>;
+}
+const newLogState = (): LogState => ({ sfis: new Map(), last: new Map() });
+
 class V8CodeLogImpl implements V8CodeLog {
   /** `${start}:${size}` → the code objects created there, in log order. */
   private readonly byKey = new Map<string, CodeRecord[]>();
   codeObjects = 0;
   withInlining = 0;
 
-  add(data: Buffer): void {
-    // per log (isolate): SFI address → function, the last code object created at an address
-    const sfis = new Map<number, InlinedFunction>();
-    const last = new Map<number, CodeRecord>();
+  /** Reads one log's lines; `state` carries a log read in parts (its SFIs, the last code at each
+   * address) from one part to the next. */
+  add(data: Buffer, state: LogState = newLogState()): void {
+    const { sfis, last } = state;
     for (let from = 0; from < data.length; ) {
       let nl = data.indexOf(10, from);
       if (nl < 0) nl = data.length; // an unfinished last line: its fields are checked below
@@ -280,4 +287,49 @@ export function v8LogsIn(dir: string, pid: number): string[] {
     return [];
   }
   return names.filter((f) => /^isolate-0x[0-9a-f]+-(\d+)-v8\.log$/.exec(f)?.[1] === String(pid)).map((f) => join(dir, f));
+}
+
+/**
+ * A running process's own logs, read as they grow (the in-process API: src/node/engine.ts):
+ * each call reads what V8 appended to each log of `pid` in `dir` since the last, up to its last
+ * complete line, into one index kept across calls. A log is append-only while its isolate lives.
+ */
+export class V8LogFollower {
+  readonly log = new V8CodeLogImpl();
+  private readonly files = new Map<string, { read: number; state: LogState }>();
+
+  constructor(
+    readonly dir: string,
+    readonly pid: number,
+  ) {}
+
+  /** Reads what was appended; returns the index (the same object every time). */
+  update(): V8CodeLog {
+    for (const path of v8LogsIn(this.dir, this.pid)) {
+      let f = this.files.get(path);
+      if (!f) {
+        f = { read: 0, state: newLogState() };
+        this.files.set(path, f);
+      }
+      let fd: number;
+      try {
+        fd = openSync(path, 'r');
+      } catch {
+        continue;
+      }
+      try {
+        const size = fstatSync(fd).size;
+        if (size <= f.read) continue;
+        const chunk = Buffer.allocUnsafe(size - f.read);
+        const got = readSync(fd, chunk, 0, chunk.length, f.read);
+        const end = chunk.lastIndexOf(10, got - 1) + 1; // up to the last whole line
+        if (end === 0) continue;
+        this.log.add(chunk.subarray(0, end), f.state);
+        f.read += end;
+      } finally {
+        closeSync(fd);
+      }
+    }
+    return this.log;
+  }
 }

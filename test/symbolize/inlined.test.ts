@@ -8,12 +8,13 @@
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
 import { Label, Location } from '../../src/profile/pprof.js';
 
+import { libraryPath } from '../../src/preload/library.js';
 import { symbolize } from '../../src/symbolize/index.js';
 import { parseV8Log, positionTable } from '../../src/symbolize/v8-log.js';
 import { makeProfile } from '../profile/util.js';
@@ -36,6 +37,22 @@ function runFixture(control: boolean): string {
     encoding: 'utf8',
     timeout: 60_000,
   });
+  assert.equal(r.status, 0, r.stderr);
+  return out;
+}
+
+/** The same workload through the in-process API (fixtures/inlined-api.mjs): its worker reads V8's
+ * code log as it grows (src/node/code-log.ts, V8LogFollower). Control: MIMALLOC_PPROF_V8_LOG=0. */
+function apiFixture(control: boolean): string {
+  const dir = tempDir('mpp-inlined-api-');
+  const out = join(dir, 'inlined.pb.gz');
+  const r = spawnSync(process.execPath, ['--perf-basic-prof', '--interpreted-frames-native-stack', join(root, 'test', 'symbolize', 'fixtures', 'inlined-api.mjs'), out], {
+    cwd: dir,
+    env: { ...clean(), LD_PRELOAD: libraryPath(), ...(control ? { MIMALLOC_PPROF_V8_LOG: '0' } : {}) },
+    encoding: 'utf8',
+    timeout: 60_000,
+  });
+  rmSync(`/tmp/perf-${r.pid}.map`, { force: true });
   assert.equal(r.status, 0, r.stderr);
   return out;
 }
@@ -178,4 +195,13 @@ test('a position table read by hand: offsets, inlining ids (-1: none), negative 
   assert.deepEqual([...u.offsets], [0, 4, 9, 9]);
   assert.deepEqual([...u.ids], [-1, -1, 1, 3], 'equal offsets keep their order');
   assert.equal(positionTable('').offsets.length, 0);
+});
+
+test('the in-process API names the inlined function too: profiler.start() turns V8\'s code log on, the worker reads it as it grows', (t) => {
+  const beneath = checkInlinedNamed(apiFixture(false));
+  t.diagnostic(`leakSmall with caller above it: ${beneath} bytes of ${LEAK}`);
+});
+
+test('control: the in-process API with the code log off (MIMALLOC_PPROF_V8_LOG=0) charges the memory to the caller', () => {
+  assert.throws(() => checkInlinedNamed(apiFixture(true)), /leakSmall/);
 });
