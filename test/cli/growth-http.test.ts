@@ -7,10 +7,8 @@
  * must name rememberRequest with its file:line (as the chain's function or among the callers
  * carrying its slope), with a significant slope within ±30 % of the true rate (requests
  * answered × 64 KiB over the time they took). Node's default inlining is on: rememberRequest
- * calls Buffer.alloc and is not inlined into its caller in this service today (measured:
- * named in every run); should TurboFan inline it, its memory would be charged to the request
- * handler `(anonymous) leaky-http.mjs:15` and this test would fail, which is issue 29 item 2
- * (inlined functions named as themselves), not this ranking.
+ * calls Buffer.alloc and is not inlined into its caller in this service (growth-inlined.test.ts
+ * has one whose leaking function is).
  * Control: the same check on the cumulative ranking (growth's ranking before issue 29) fails:
  * its first rows are root frames with the same slope.
  */
