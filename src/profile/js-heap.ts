@@ -242,6 +242,14 @@ export function mergeJsHeap(profile: Profile, js: V8SamplingHeapProfile, interva
       if (!raw && isOwnScript(frameName(child.callFrame).file)) continue;
       const parent = path.length > 0 ? fnOf.get(path[path.length - 1]!) : undefined;
       const known = unresolved(child.callFrame) ? resolve(child, parent) : undefined;
+      // a nameless frame V8 can no longer place, at the root and holding nothing itself, that no
+      // native stack has (an ES module's evaluation, above its `(top level)`): its children
+      // start where the native stacks start
+      const own = listed ? (bytesOf.get(child.id) ?? 0) : child.selfSize;
+      if (!known && path.length === 0 && child.callFrame.functionName === '' && unresolved(child.callFrame) && own < 0.5) {
+        walk(child, path);
+        continue;
+      }
       const loc = locationOf(child.callFrame, known);
       walk(child, [...path, loc]);
     }

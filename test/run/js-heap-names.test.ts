@@ -11,12 +11,14 @@
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
 import { Profile } from '../../src/profile/pprof.js';
 
 import { mergeJsHeap, type V8SamplingHeapNode } from '../../src/profile/js-heap.js';
+import { libraryPath } from '../../src/preload/library.js';
 import { isJavaScriptName } from '../../src/symbolize/perfmap.js';
 import { nodeMajor, root, tempDir } from '../helpers.js';
 import { decode } from './decode.js';
@@ -33,6 +35,8 @@ interface Found {
   jsUnplaced: Set<string>;
   /** heap=js frames of the profiler's own work. */
   own: Set<string>;
+  /** The outermost JavaScript frame of every native sample that has one. */
+  nativeRoots: Set<string>;
 }
 
 function examine(path: string): Found {
@@ -40,7 +44,7 @@ function examine(path: string): Found {
   const fn = new Map(profile.function.map((f) => [Number(f.id), f]));
   const loc = new Map(profile.location.map((l) => [Number(l.id), l]));
   const heapKey = profile.stringTable.strings.indexOf('heap');
-  const found: Found = { holdBoth: [], jsRoots: new Set(), jsUnplaced: new Set(), own: new Set() };
+  const found: Found = { holdBoth: [], jsRoots: new Set(), jsUnplaced: new Set(), own: new Set(), nativeRoots: new Set() };
   // A frame without a file is the program's function whose script V8 dropped only where the
   // profile names that function with a file elsewhere (the native stacks do); V8's builtins
   // (Array.prototype.push growing `kept`, sampled now and then) have no script at all.
@@ -61,9 +65,14 @@ function examine(path: string): Found {
     // the outermost JavaScript frame: a sample with the native stack where V8 took it
     // (src/profile/js-anchors.ts) goes on below it to the native roots, as native stacks do
     const jsFrames = frames.filter((f) => isJavaScriptName(str(f.systemName)));
-    if (heap !== 'js' || jsFrames.length === 0) continue;
+    if (jsFrames.length === 0) continue;
     const outer = jsFrames[jsFrames.length - 1]!;
-    found.jsRoots.add(`${str(outer.name)} ${str(outer.filename)}:${Number(outer.startLine)}`);
+    const outerName = `${str(outer.name)} ${str(outer.filename)}:${Number(outer.startLine)}`;
+    if (heap !== 'js') {
+      found.nativeRoots.add(outerName);
+      continue;
+    }
+    found.jsRoots.add(outerName);
     for (const f of frames) {
       if (str(f.filename) === '' && placedNames.has(str(f.name))) found.jsUnplaced.add(str(f.name));
       if (/\/dist\/src\//.test(str(f.filename)) || ['fullGc', 'createContext', 'runInNewContext'].includes(str(f.name))) found.own.add(str(f.name));
@@ -149,4 +158,41 @@ test("the profiler's own scripts are left out of the JavaScript heap (control: r
     if (prev === undefined) delete process.env.MIMALLOC_PPROF_TEST_JS_HEAP_RAW;
     else process.env.MIMALLOC_PPROF_TEST_JS_HEAP_RAW = prev;
   }
+});
+
+/** js-heap-both through the in-process API (fixtures/js-heap-both-api.mjs: start({ jsHeap: true }),
+ * then profile({ jsHeap: true })). */
+function apiFixture(env: Record<string, string> = {}): Found {
+  const dir = tempDir('mpp-jsnames-api-');
+  const out = join(dir, 'p.pb.gz');
+  const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('MIMALLOC_') && k !== 'NODE_OPTIONS' && k !== 'LD_PRELOAD'));
+  const r = spawnSync(process.execPath, ['--perf-basic-prof', '--interpreted-frames-native-stack', join(root, 'test', 'run', 'fixtures', 'js-heap-both-api.mjs'), out], {
+    cwd: dir,
+    encoding: 'utf8',
+    env: { ...clean, LD_PRELOAD: libraryPath(), ...env },
+    timeout: 60_000,
+  });
+  rmSync(`/tmp/perf-${r.pid}.map`, { force: true });
+  assert.equal(r.status, 0, r.stderr);
+  return examine(out);
+}
+
+/** What the in-process check finds wrong (empty: nothing). */
+function apiProblems(f: Found): string[] {
+  // the roots: those of the program's stacks as the native side names them, here the API
+  // fixture's top level (its module runs js-heap-both.cjs), not js-heap-both's own
+  const foreign = [...f.jsRoots].filter((r) => !f.nativeRoots.has(r) && !/^emit node:events:\d+$/.test(r));
+  return [...problems(f).filter((p) => !p.startsWith('a JavaScript-heap root is')), ...foreign.map((r) => `a JavaScript-heap root no native stack has: ${r}`)];
+}
+
+test('the in-process API: one holdBoth with both heaps beneath it, and the JavaScript heap\'s roots are roots of the native stacks', (t) => {
+  const f = apiFixture();
+  t.diagnostic(`JS roots ${[...f.jsRoots].join(' | ')}; native roots ${[...f.nativeRoots].join(' | ')}`);
+  assert.deepEqual(apiProblems(f), []);
+});
+
+test('control: the in-process API with V8\'s frames merged as they come (MIMALLOC_PPROF_TEST_JS_HEAP_RAW=1) fails the check', (t) => {
+  const p = apiProblems(apiFixture({ MIMALLOC_PPROF_TEST_JS_HEAP_RAW: '1' }));
+  t.diagnostic(`Node ${process.versions.node}, raw: ${p.join('; ')}`);
+  assert.ok(p.length > 0, 'the check let the raw merge through');
 });
