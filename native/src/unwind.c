@@ -535,11 +535,8 @@ static size_t last_at_or_below(const int32_t* a, size_t stride, size_t n, intptr
  * page cache keeps the file's pages, and the next read faults them in again. That is safe only
  * for pages that hold the file's bytes unchanged, so the givable range of an object is the part
  * of its segment holding .eh_frame_hdr, from that header's page on, and only where that segment
- * is not writable (no relocation or RELRO ever wrote to it), the object has no text
- * relocations, and it is a file's (not the vDSO). In an executable segment (code, rodata and the
- * tables in one, as on Debian's arm64 objects) the range starts at the first whole page after
- * the header, and only where every function the table describes starts below the header: no
- * code, so no debugger breakpoint, lies in it. Elsewhere the
+ * is neither writable nor executable (no relocation, RELRO or debugger breakpoint ever wrote
+ * to it), the object has no text relocations, and it is a file's (not the vDSO). Elsewhere the
  * pages stay, as they would for libgcc's unwinder. The only system call of a miss is that
  * madvise, one mimalloc's own allocation path makes too: no file is opened or read, no
  * descriptor held, nothing is a cancellation point or what a sandbox that denies files kills.
@@ -644,29 +641,15 @@ static void givable_range(object_t* o, const uint8_t* hdr, const struct dl_find_
     if (!header_mapped) return;
   }
   uintptr_t page = (uintptr_t)getpagesize(), lo = 0, hi = 0;
-  bool executable = false;
   for (size_t i = 0; i < phnum; i++) {
     uintptr_t seg = lm->l_addr + ph[i].p_vaddr;
     if (ph[i].p_type == PT_GNU_RELRO && seg <= (uintptr_t)hdr && (uintptr_t)hdr < seg + ph[i].p_memsz) return;
     if (ph[i].p_type != PT_LOAD || (uintptr_t)hdr < seg || (uintptr_t)hdr >= seg + ph[i].p_filesz) continue;
-    if ((ph[i].p_flags & PF_W) != 0) return;
-    executable = (ph[i].p_flags & PF_X) != 0;
-    /* in an executable segment (Debian's arm64 objects, Node's official arm64 binary: code,
-     * rodata and the unwind tables in one) from the first whole page after the header's start:
-     * the page it shares with what precedes it may hold code */
-    lo = executable ? ((uintptr_t)hdr + page - 1) & ~(page - 1) : (uintptr_t)hdr & ~(page - 1);
+    if ((ph[i].p_flags & (PF_W | PF_X)) != 0) return;
+    lo = (uintptr_t)hdr & ~(page - 1);
     hi = (seg + ph[i].p_filesz) & ~(page - 1); /* the last partial page is left alone */
   }
   if (lo >= hi) return;
-  /* ... and only where all the code the table describes starts below the header: code never
-   * follows the tables there, so no breakpoint a debugger writes lies in the range */
-  uint64_t count;
-  uint32_t table_rel;
-  if (executable) {
-    if (!parse_hdr(hdr, &count, &table_rel)) return;
-    const int32_t* table = (const int32_t*)(const void*)(hdr + table_rel);
-    if ((intptr_t)table[2 * (count - 1)] >= 0) return; /* the last function starts at or past the header */
-  }
   for (const ElfW(Dyn)* d = lm->l_ld; d != NULL && d->d_tag != DT_NULL; d++)
     if (d->d_tag == DT_TEXTREL || (d->d_tag == DT_FLAGS && (d->d_un.d_val & DF_TEXTREL) != 0)) return;
   o->give_lo = lo;
