@@ -15,7 +15,7 @@ import { packageRoot } from '../preload/library.js';
 import { diff, encodeHeapText, indexProfile, merge, parseProfile, scale, str, validateProfile } from '../profile/index.js';
 import { canonical, frameNames } from '../profile/model.js';
 import { isPreloadLibrary, symbolize } from '../symbolize/index.js';
-import { V8LogFollower } from '../symbolize/v8-log.js';
+import { V8LogFollower, type V8CodeLog } from '../symbolize/v8-log.js';
 import type { NativeAddon } from './addon.js';
 import type { CodeLogStart } from './code-log.js';
 
@@ -96,7 +96,8 @@ function rememberNativeNames(p: Profile): void {
     const m = mappings.get(Number(loc.mappingId));
     const key = m && nativeKey(p, loc, m);
     const f = functions.get(Number(loc.line[0]!.functionId));
-    if (key === undefined || !f || nativeNames.has(key)) continue;
+    // a stripped object's `[file]` is not kept: a later snapshot may find better (a debug file)
+    if (key === undefined || !f || nativeNames.has(key) || str(p, f.name).startsWith('[')) continue;
     nativeNames.set(key, { name: str(p, f.name), systemName: str(p, f.systemName), filename: str(p, f.filename) });
   }
 }
@@ -104,7 +105,7 @@ function rememberNativeNames(p: Profile): void {
 /** This process's code logs, read as they grow (one follower for the process's life). */
 let follower: V8LogFollower | undefined;
 function followerOf(start: CodeLogStart): V8LogFollower {
-  if (!follower || follower.dir !== start.dir) follower = new V8LogFollower(start.dir, process.pid);
+  follower ??= new V8LogFollower(start.starts);
   return follower;
 }
 
@@ -127,7 +128,12 @@ export function takeSnapshot(addon: NativeAddon, path: string, peak = false, cod
     rmSync(path, { force: true });
     const profile = parseProfile(data, 'in-process profile', { maxBytes: MAX_RAW_BYTES });
     const known = nameKnownFrames(profile);
-    const v8Log = codeLog && perfMap ? followerOf(codeLog).update() : undefined;
+    let v8Log: V8CodeLog | undefined;
+    try {
+      v8Log = codeLog && perfMap ? followerOf(codeLog).update() : undefined;
+    } catch {
+      v8Log = undefined; // inlined functions then show as their caller
+    }
     symbolize(profile, {
       pid: process.pid,
       perfMapPath: perfMap,

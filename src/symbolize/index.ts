@@ -73,14 +73,11 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
   const mappedFileOf = (file: string, buildId: string) => {
     const key = `${file}\0${buildId}`;
     if (!mappedFiles.has(key)) {
-      let found: { elf: ElfFile; symbols: ElfSymbolizer } | null = null;
-      for (const candidate of [...sysroots.map((root) => join(root, file)), file]) {
-        const e = elfOf(candidate);
-        if (e && (buildId === '' || e.elf.buildId === '' || e.elf.buildId.toLowerCase() === buildId.toLowerCase())) {
-          found = e;
-          break;
-        }
-      }
+      const candidates = [...sysroots.map((root) => join(root, file)), file].map(elfOf).filter((e) => e !== null);
+      // the one with the recorded build ID; else, where either side has none, the first (a
+      // sysroot's before the path itself)
+      const same = (e: { elf: ElfFile }) => buildId !== '' && e.elf.buildId.toLowerCase() === buildId.toLowerCase();
+      const found = candidates.find(same) ?? candidates.find((e) => buildId === '' || e.elf.buildId === '') ?? null;
       mappedFiles.set(key, found);
     }
     return mappedFiles.get(key) ?? null;
@@ -176,13 +173,15 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
       nameOfLocation.set(num(loc.id), loc.line.map((l) => str(profile.function.find((f) => f.id === l.functionId)?.name ?? 0)));
       continue; // already symbolised
     }
-    let fileRead = false; // the mapping's file, the one the process had (build ID), was read
+    // the address lies in code of the mapping's file, the one the process had (build ID)
+    let inFileCode = false;
     if (mapping) {
       const file = str(mapping.filename);
       const trim = options.trimFile?.(file) ?? false;
       const elf = file ? mappedFileOf(file, str(mapping.buildId)) : null;
-      fileRead = elf !== null;
+
       const vaddr = elf ? elf.elf.runtimeToVaddr(address, num(mapping.memoryStart), num(mapping.fileOffset)) : undefined;
+      inFileCode = vaddr !== undefined && elf!.elf.loadSegments.some((g) => (g.flags & 1) !== 0 && vaddr >= g.vaddr && vaddr < g.vaddr + g.filesz); // PF_X
       const sym = elf && vaddr !== undefined ? elf.symbols.lookup(vaddr) : undefined;
       if (trim && sym?.name !== QUEUED_BY_SYMBOL) {
         trimmed.add(num(loc.id));
@@ -258,11 +257,13 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
       counts.javascript++;
       continue;
     }
-    // A function the object's file was read for and has no symbol for, nor a debug file (sharp's
-    // addon and libvips ship stripped): named by its file, `[libvips-cpp.so.8.18.7]`, as `top`
-    // and `growth` show it, so that pprof gets a name and not a bare address. A file that could
-    // not be read keeps the location without a line, for `symbolize` where the file is.
-    if (mapping && fileRead && !anonymous) {
+    // Code of the object's file (read, the one the process mapped, the address in one of its
+    // executable segments) that has no symbol, nor a debug file (sharp's addon and libvips ship
+    // stripped): named by its file, `[libvips-cpp.so.8.18.7]`, as `top` and `growth` show it,
+    // so that pprof gets a name and not a bare address. Anything else (a file that could not be
+    // read, an address outside its code: JIT code inside a record of V8's builtins copy) keeps
+    // the location without a line, for `symbolize` where the file or the perf map is.
+    if (mapping && inFileCode && !anonymous) {
       const file = str(mapping.filename);
       const name = `[${basename(file)}]`;
       loc.line = [new Line({ functionId: functionFor(name, name, file).id, line: 0 })];

@@ -28,7 +28,7 @@
  * Verified on Node 20 (V8 11.3): `leak` inlined into `caller`'s TurboFan code reads
  * `F1O53I0` … `S0x…7398`, the SFI of `code-creation,JS,10,…,leak /tmp/inl.cjs:2:14,0x…7398,~`.
  */
-import { closeSync, fstatSync, openSync, readdirSync, readFileSync, readSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readdirSync, readFileSync, readlinkSync, readSync } from 'node:fs';
 import { join } from 'node:path';
 
 import { parsePerfName } from './perfmap.js';
@@ -289,47 +289,99 @@ export function v8LogsIn(dir: string, pid: number): string[] {
   return names.filter((f) => /^isolate-0x[0-9a-f]+-(\d+)-v8\.log$/.exec(f)?.[1] === String(pid)).map((f) => join(dir, f));
 }
 
+/** V8's logs this process has open (`isolate-0x<isolate>-<pid>-v8.log`, one per isolate), by
+ * their paths as the kernel has them: wherever the working directory was when each opened. */
+export function v8LogsOpenHere(): string[] {
+  let fds: string[];
+  try {
+    fds = readdirSync('/proc/self/fd');
+  } catch {
+    return [];
+  }
+  const own = new RegExp(`/isolate-0x[0-9a-f]+-${process.pid}-v8\\.log$`);
+  const paths = new Set<string>();
+  for (const fd of fds) {
+    try {
+      const target = readlinkSync(`/proc/self/fd/${fd}`);
+      if (own.test(target)) paths.add(target);
+    } catch {
+      /* closed meanwhile */
+    }
+  }
+  return [...paths];
+}
+
+/** Where reading a log starts: its size when the code events began (what came before, of a
+ * Node started with --log-code, is older than the perf-map point the matching counts from). */
+export type LogStarts = Readonly<Record<string, number>>;
+
+const CHUNK = 16 << 20; // bytes read at a time: a first read of a long-running process's log is bounded
+
 /**
  * A running process's own logs, read as they grow (the in-process API: src/node/engine.ts):
- * each call reads what V8 appended to each log of `pid` in `dir` since the last, up to its last
- * complete line, into one index kept across calls. A log is append-only while its isolate lives.
+ * each call reads what V8 appended to each log this process has open since the last, up to its
+ * last complete line, into one index kept across calls. A log is append-only while its isolate
+ * lives; one that shrank was replaced, and is read anew. A log that cannot be read leaves the
+ * index as it was (inlined functions there then show as their caller).
  */
 export class V8LogFollower {
   readonly log = new V8CodeLogImpl();
-  private readonly files = new Map<string, { read: number; state: LogState }>();
+  private readonly files = new Map<string, { read: number; state: LogState; skipLine: boolean }>();
 
-  constructor(
-    readonly dir: string,
-    readonly pid: number,
-  ) {}
+  constructor(readonly starts: LogStarts = {}) {}
 
   /** Reads what was appended; returns the index (the same object every time). */
   update(): V8CodeLog {
-    for (const path of v8LogsIn(this.dir, this.pid)) {
-      let f = this.files.get(path);
-      if (!f) {
-        f = { read: 0, state: newLogState() };
-        this.files.set(path, f);
-      }
-      let fd: number;
+    for (const path of v8LogsOpenHere()) {
       try {
-        fd = openSync(path, 'r');
+        this.follow(path);
       } catch {
-        continue;
-      }
-      try {
-        const size = fstatSync(fd).size;
-        if (size <= f.read) continue;
-        const chunk = Buffer.allocUnsafe(size - f.read);
-        const got = readSync(fd, chunk, 0, chunk.length, f.read);
-        const end = chunk.lastIndexOf(10, got - 1) + 1; // up to the last whole line
-        if (end === 0) continue;
-        this.log.add(chunk.subarray(0, end), f.state);
-        f.read += end;
-      } finally {
-        closeSync(fd);
+        /* unreadable now: tried again at the next update */
       }
     }
     return this.log;
+  }
+
+  private follow(path: string): void {
+    let f = this.files.get(path);
+    if (!f) {
+      f = { read: this.starts[path] ?? 0, state: newLogState(), skipLine: false };
+      this.files.set(path, f);
+    }
+    const fd = openSync(path, 'r');
+    try {
+      const size = fstatSync(fd).size;
+      if (size < f.read) {
+        f.read = 0; // replaced: its records so far are of another log
+        f.state = newLogState();
+        f.skipLine = false;
+      }
+      const chunk = Buffer.allocUnsafe(Math.min(CHUNK, Math.max(0, size - f.read)));
+      while (f.read < size) {
+        const got = readSync(fd, chunk, 0, Math.min(chunk.length, size - f.read), f.read);
+        if (got <= 0) return;
+        let from = 0;
+        if (f.skipLine) {
+          // the rest of a line longer than a chunk: not one this index reads whole
+          from = chunk.subarray(0, got).indexOf(10) + 1;
+          if (from === 0) {
+            f.read += got;
+            continue;
+          }
+          f.skipLine = false;
+        }
+        const end = chunk.subarray(0, got).lastIndexOf(10) + 1; // up to the last whole line
+        if (end <= from) {
+          if (got < chunk.length) return; // a line still being written: read at the next update
+          f.read += got; // a line longer than a chunk
+          f.skipLine = true;
+          continue;
+        }
+        this.log.add(chunk.subarray(from, end), f.state);
+        f.read += end;
+      }
+    } finally {
+      closeSync(fd);
+    }
   }
 }

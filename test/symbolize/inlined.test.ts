@@ -8,7 +8,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, closeSync, openSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
@@ -16,7 +16,7 @@ import { Label, Location } from '../../src/profile/pprof.js';
 
 import { libraryPath } from '../../src/preload/library.js';
 import { symbolize } from '../../src/symbolize/index.js';
-import { parseV8Log, positionTable } from '../../src/symbolize/v8-log.js';
+import { parseV8Log, positionTable, V8LogFollower } from '../../src/symbolize/v8-log.js';
 import { makeProfile } from '../profile/util.js';
 import { root, tempDir } from '../helpers.js';
 import { decode } from '../run/decode.js';
@@ -145,6 +145,35 @@ test('the log: an offset reads as its inlining chain, innermost first, SFIs foll
   assert.deepEqual(names(0x7f0000002000 + 20, -1, 'other /app/o,ther.js:1:1'), ['leaf:1']);
   assert.deepEqual(names(0x7f0000002000 + 101, 1), [], 'not the code it names');
   assert.equal(log.withInlining, 2);
+});
+
+// The in-process reader (V8LogFollower): the same log appended in parts, split mid-line, reads as
+// it does whole; lines before the recorded start are not read; a log that shrank is read anew.
+// It finds logs by the descriptors this process holds, as V8 holds its own.
+test('the log read as it grows: parts split mid-line read as the whole; from a recorded start; a replaced log anew', () => {
+  const path = join(tempDir('mpp-follow-'), `isolate-0x1234-${process.pid}-v8.log`);
+  writeFileSync(path, '');
+  const fd = openSync(path, 'r'); // held, as V8 holds its log
+  try {
+    const follower = new V8LogFollower();
+    const cut = LOG.indexOf('0xcc0'); // inside hot's code-creation line
+    appendFileSync(path, LOG.slice(0, cut));
+    follower.update();
+    appendFileSync(path, LOG.slice(cut));
+    const log = follower.update();
+    assert.equal(log.withInlining, 2);
+    assert.deepEqual(log.inlinedAt(0x7f0000002000, 512, 'hot /app/inl.js:7:13', 0x7f0000002000 + 101, 0).map((f) => f.name), ['leaf', 'mid']);
+    assert.equal(follower.update().codeObjects, log.codeObjects, 'nothing read twice');
+    // from a start past the first code objects: leaf's SFI unknown, its frame left out
+    const late = new V8LogFollower({ [path]: LOG.indexOf('code-creation,JS,13,200') });
+    assert.deepEqual(late.update().inlinedAt(0x7f0000002000, 512, 'hot /app/inl.js:7:13', 0x7f0000002000 + 101, 0).map((f) => f.name), []);
+    // replaced by a shorter log: read from its beginning
+    const whole = log.codeObjects;
+    writeFileSync(path, LOG.slice(0, LOG.indexOf('code-creation,JS,13,200')));
+    assert.equal(follower.update().codeObjects, whole + 2, 'the shorter log read anew: its two code objects');
+  } finally {
+    closeSync(fd);
+  }
 });
 
 test('symbolize: an optimised frame gets one line per inlined function before its own, by the map of its time', () => {

@@ -8,6 +8,7 @@
  * stripped object's functions are), never as JavaScript.
  */
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { copyFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { test } from 'node:test';
@@ -68,13 +69,34 @@ test("an address of a file's mapping that the file does not name is named from t
   assert.equal(counts.javascript, 1);
 });
 
-test('control: without the perf map the frame is not named as JavaScript: only by its file, [libmimalloc-pprof.so], as top shows it', () => {
+test('control: without the perf map the frame stays unnamed (not JavaScript, and not the file\'s: it is outside its code)', () => {
   const p = profileWith([JIT]);
   const { counts } = symbolize(p, {});
-  assert.deepEqual(outerNames(p), [`[${basename(libraryPath())}]`]);
+  assert.deepEqual(outerNames(p), ['?']);
+  assert.equal(counts.unnamed, 1);
+  assert.equal(counts.javascript + counts.byFile, 0);
+});
+
+// A stripped object (sharp's addon and libvips ship so): an address in its code, which no symbol
+// names, is named by the file, `[name]`; an address of the same mapping outside its code is not.
+test('a stripped file\'s code is named [file]; outside its code the frame stays unnamed', () => {
+  const stripped = join(tempDir('mpp-stripped-'), 'libstripped.so');
+  copyFileSync(libraryPath(), stripped);
+  assert.equal(spawnSync('strip', ['--strip-all', stripped]).status, 0, 'strip');
+  // an address in its code that only the stripped local symbols named (the copy keeps .dynsym)
+  const elf = readElf(stripped);
+  const sym = elf.symbolizer();
+  const text = elf.loadSegments.find((g) => (g.flags & 1) !== 0)!; // PF_X
+  let local: number | undefined;
+  for (let vaddr = text.vaddr + 0x100; vaddr < text.vaddr + text.filesz && local === undefined; vaddr += 0x10) {
+    if (!sym.lookup(vaddr)) local = BASE + (vaddr - text.vaddr + text.offset);
+  }
+  assert.ok(local !== undefined, 'no address of the stripped copy without a symbol');
+  const p = profileWith([local, JIT], stripped);
+  const { counts } = symbolize(p, {});
+  assert.deepEqual(outerNames(p), ['[libstripped.so]', '?']);
   assert.equal(counts.byFile, 1);
-  assert.equal(counts.unnamed, 0);
-  assert.equal(counts.javascript, 0);
+  assert.equal(counts.unnamed, 1);
 });
 
 test('a frame of a file that is not the one the process mapped (another build ID) keeps no name, for symbolize where the file is', () => {

@@ -32,3 +32,16 @@ test("a C program's profile is not a Node profile: not checked", () => {
   assert.equal(isNodeProfile(c), false);
   assert.doesNotThrow(() => assertFewUnnamed(c, 'C'));
 });
+
+test("node's own code named by the file alone ([node]) counts as unnamed; a stripped library's [file] does not", () => {
+  const node = makeProfile({
+    samples: [
+      { stack: ['[node]', 'main'], values: [1, 5_000, 1, 5_000] },
+      { stack: ['[libvips-cpp.so.8.18.7]', 'main'], values: [1, 5_000, 1, 5_000] },
+    ],
+    mappings: [{ start: 0x400000, limit: 0x800000, file: '/usr/bin/node' }],
+  });
+  assert.ok(isNodeProfile(node), 'a profile that maps node is a Node profile, whatever its names');
+  assert.equal(unnamedShares(node).inuse_space, 0.5);
+  assert.throws(() => assertFewUnnamed(node, '[node]'), /50\.00 %/);
+});
