@@ -29,7 +29,7 @@ const DEBUG_PASS = /^(reliability\/(churn|fork|dumps|node|hostile(-\w+)?)|native
 // breakdown, peak and periodic profiles, the in-process API, the service endpoints (also under
 // `run --serve`) and push, budgets, growth on leaking services, the Node gate.
 const NODE_PASS =
-  /^(run\/(run|fidelity|interrupt|serve|summary|budget|js-heap|js-heap-names|js-heap-inlined|pool|rss|every)|node\/(api|dumps|js-heap|peak|preload)|symbolize\/(perfmap|inlined|unnamed|queued-by)|http\/(pprof|hardening)|push\/(push|flush)|cli\/(symbolize|watch|growth-http|growth-express)|reliability\/node|native\/jitmap|package\/matrix|testing\/budget)\.test\.js$/;
+  /^(run\/(run|fidelity|interrupt|serve|summary|budget|js-heap|js-heap-names|js-heap-inlined|pool|rss|every)|node\/(api|dumps|js-heap|peak|preload)|symbolize\/(perfmap|inlined|unnamed|queued-by)|http\/(pprof|hardening)|push\/(push|flush)|cli\/(symbolize|growth-http|growth-express|growth-inlined)|reliability\/node|native\/jitmap|package\/matrix|testing\/budget)\.test\.js$/;
 
 const args = process.argv.slice(2);
 let only = '';
