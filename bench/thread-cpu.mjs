@@ -6,11 +6,13 @@
 // others by creation order (Node names none of them on every version: V8's platform workers
 // come first, then worker_threads and libuv's pool as they start).
 //
-//   node bench/thread-cpu.mjs [--pairs 10] [--workload http-workers|mix] [--arms stopped,profiling|keep,give] [--json] [--quick]
+//   node bench/thread-cpu.mjs [--pairs 10] [--workload http-workers|mix] [--arms stopped,profiling|keep,give|each,burst] [--json] [--quick]
 //
 // Arms: `stopped,profiling` (the library preloaded, profiling off / on at the default
 // interval); `keep,give` (profiling, with the test-hooks build: the unwind tables' pages kept
-// resident, MP_TEST_UNWIND_KEEP_PAGES=1 / handed back after each walk, as the library does).
+// resident, MP_TEST_UNWIND_KEEP_PAGES=1 / handed back as the library does); `each,burst`
+// (profiling, test-hooks build: the pages handed back at each walk's end,
+// MP_TEST_UNWIND_GIVE_EACH=1 / a burst of walks at a time, as the library does).
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -48,6 +50,10 @@ const armSets = {
   'keep,give': [
     ['keep', { LD_PRELOAD: hooks, MIMALLOC_PROF: '1', MP_TEST_UNWIND_KEEP_PAGES: '1' }],
     ['give', { LD_PRELOAD: hooks, MIMALLOC_PROF: '1' }],
+  ],
+  'each,burst': [
+    ['each', { LD_PRELOAD: hooks, MIMALLOC_PROF: '1', MP_TEST_UNWIND_GIVE_EACH: '1' }],
+    ['burst', { LD_PRELOAD: hooks, MIMALLOC_PROF: '1' }],
   ],
 };
 const arms = armSets[values.arms] ?? die(`--arms: one of ${Object.keys(armSets).join(', ')}`);

@@ -411,21 +411,24 @@ typedef struct mp_unwind_rule_s {
 #endif
 } mp_unwind_rule_t;
 _Static_assert(sizeof(mp_unwind_rule_t) == 8, "a rule packs into one cache word");
-/* One walk's state: the page ranges its misses read through objects' mappings, handed back
- * (MADV_DONTNEED) at the walk's end (mp_unwind_walk_end), or when the walk has more. */
+/* One walk's state: the page ranges its misses read through objects' mappings, noted at the
+ * walk's end (mp_unwind_walk_end), or when the walk has more, to be handed back (MADV_DONTNEED)
+ * with the process's other recent ones. */
 #define MP_UNWIND_WALK_RANGES 6u
 typedef struct mp_unwind_walk_s {
   uintptr_t lo[MP_UNWIND_WALK_RANGES], hi[MP_UNWIND_WALK_RANGES];
+  const void* object[MP_UNWIND_WALK_RANGES]; /* whose givable pages each range is (unwind.c) */
   unsigned n;
 } mp_unwind_walk_t;
-#define MP_UNWIND_WALK_INIT {{0}, {0}, 0}
+#define MP_UNWIND_WALK_INIT {{0}, {0}, {0}, 0}
 /* The rule at code address pc (a return address minus one). Never allocates or locks. */
 void mp_unwind_rule(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule_t* out);
 void mp_unwind_walk_end(mp_unwind_walk_t* walk);
 void mp_unwind_child_reinit(void); /* fork child only */
 void mp_unwind_init(void);          /* once, before the first rule is asked */
 void mp_unwind_prefetch(uintptr_t pc); /* a hint that pc's rule is asked soon; no effect on results */
-void mp_unwind_counts(uint64_t* parsed, uint64_t* given); /* misses parsed; bytes of pages handed back */
+/* misses parsed; bytes of pages handed back, in how many madvise calls */
+void mp_unwind_counts(uint64_t* parsed, uint64_t* given, uint64_t* give_calls);
 
 /* ---- stack.c ---- */
 void mp_stack_init(void);          /* warm up the unwinder, learn our own text range */

@@ -128,7 +128,7 @@ void mp_stack_init(void) {
   mp_unwind_init();
 #if MP_UNWIND_CFI && defined(MP_TEST_HOOKS)
   /* here, not at the first check: a sample inside atexit's own allocation holds its lock */
-  if (mp_test_hook("MP_TEST_UNWIND_CHECK")) atexit(report_check);
+  if (mp_test_hook("MP_TEST_UNWIND_CHECK") || mp_test_hook("MP_TEST_UNWIND_COUNTS")) atexit(report_check);
 #endif
   /* glibc loads libgcc_s (dlopen) at the first backtrace: now, not inside a sampled malloc.
    * Since glibc 2.34 a size of 0 loads it and unwinds nothing: an unwind here would read the
@@ -487,10 +487,10 @@ static void report_field(char* line, size_t cap, size_t* n, const char* name, ui
 }
 
 static void report_check(void) {
-  char line[256];
+  char line[384];
   size_t n = 0;
-  uint64_t parsed, given;
-  mp_unwind_counts(&parsed, &given);
+  uint64_t parsed, given, give_calls;
+  mp_unwind_counts(&parsed, &given, &give_calls);
   report_field(line, sizeof(line), &n, "unwind check: stacks=", atomic_load(&checked));
   report_field(line, sizeof(line), &n, " agreed=", atomic_load(&agreed));
   report_field(line, sizeof(line), &n, " fallbacks=", atomic_load(&fell_back));
@@ -498,6 +498,7 @@ static void report_check(void) {
   report_field(line, sizeof(line), &n, " bounds_text=", atomic_load(&bounds_by_text));
   report_field(line, sizeof(line), &n, " rules_parsed=", parsed);
   report_field(line, sizeof(line), &n, " given_back=", given);
+  report_field(line, sizeof(line), &n, " give_calls=", give_calls);
   report_field(line, sizeof(line), &n, " bounds_attr=", atomic_load(&bounds_by_attr));
   report_field(line, sizeof(line), &n, " memo_whole=", atomic_load(&memo_whole));
   report_field(line, sizeof(line), &n, " memo_part=", atomic_load(&memo_part));

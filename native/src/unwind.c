@@ -25,9 +25,10 @@
  *  - the data parsed is the objects' own .eh_frame, read through their mappings; every read
  *    stays inside the FDE or CIE whose length it has read, and a malformed entry yields
  *    MP_RULE_FP;
- *  - no file is opened and no system call made but the madvise that hands back the pages a
- *    walk's misses brought in, only where they hold the file's bytes unchanged (below), at the
- *    walk's end (mp_unwind_walk_end); errno is the caller's;
+ *  - no file is opened and no system call made but the madvise that hands back the pages
+ *    walks' misses brought in, only where they hold the file's bytes unchanged, at the end of a
+ *    walk (mp_unwind_walk_end, a burst at a time: below), and the monotonic clock's read (the
+ *    vDSO's); errno is the caller's;
  *  - a cache slot is written only by the thread that holds `writer` (others skip caching),
  *    and readers validate a slot by its sequence count, read before and after the slot;
  *  - a cached rule is never invalidated: code unloaded with dlclose and replaced by other
@@ -319,7 +320,7 @@ static bool run_cfa(cfa_state_t* s, const cie_t* cie, const cfa_state_t* initial
 
 /* ---- CIE and FDE ------------------------------------------------------------------------------ */
 /* Every entry is read through the object's own mapping (where the loader put it): no file is
- * opened, no system call made; the pages a miss brings in are handed back afterwards (below). */
+ * opened, no system call made; the pages a miss brings in are handed back later (below). */
 typedef struct cie_memo_s cie_memo_t;
 
 /* A walk's record of the reads to hand back (mp_unwind_walk_t), the object's givable range. */
@@ -530,9 +531,10 @@ static size_t last_at_or_below(const int32_t* a, size_t stride, size_t n, intptr
  * Reading an object's tables through its mapping faults their pages into the process, and the
  * kernel maps up to 15 neighbours with each fault (fault-around): a Node process's stacks would
  * bring in nearly all of node's 3.4 MB of .eh_frame_hdr and .eh_frame, +3 MB of RSS (bench/
- * README.md). So a walk notes the 64 KiB windows its misses read (the fault-around unit) and
- * hands their pages back when it ends (MADV_DONTNEED): the process's RSS is what it was, the
- * page cache keeps the file's pages, and the next read faults them in again. That is safe only
+ * README.md). So a walk notes the 64 KiB windows its misses read (the fault-around unit), and
+ * their pages go back (MADV_DONTNEED) with those of the walks around it, a burst at a time
+ * (below): the process's RSS is what it was, the page cache keeps the file's pages, and the
+ * next read faults them in again. That is safe only
  * for pages that hold the file's bytes unchanged, so the givable range of an object is the part
  * of its segment holding .eh_frame_hdr, from that header's page on, and only where that segment
  * is neither writable nor executable (no relocation, RELRO or debugger breakpoint ever wrote
@@ -581,8 +583,8 @@ static void note_read(mp_unwind_walk_t* walk, const object_t* o, uintptr_t at, s
   if (lo < o->give_lo) lo = o->give_lo;
   if (hi > o->give_hi) hi = o->give_hi;
   if (lo >= hi) return;
-  for (unsigned i = 0; i < walk->n; i++) /* merged with a range it overlaps or touches */
-    if (lo <= walk->hi[i] && walk->lo[i] <= hi) {
+  for (unsigned i = 0; i < walk->n; i++) /* merged with a range of o it overlaps or touches */
+    if (walk->object[i] == o && lo <= walk->hi[i] && walk->lo[i] <= hi) {
       if (lo < walk->lo[i]) walk->lo[i] = lo;
       if (hi > walk->hi[i]) walk->hi[i] = hi;
       return;
@@ -590,16 +592,113 @@ static void note_read(mp_unwind_walk_t* walk, const object_t* o, uintptr_t at, s
   if (walk->n == MP_UNWIND_WALK_RANGES) mp_unwind_walk_end(walk);
   walk->lo[walk->n] = lo;
   walk->hi[walk->n] = hi;
+  walk->object[walk->n] = o;
   walk->n++;
 }
 
-void mp_unwind_walk_end(mp_unwind_walk_t* walk) {
-  if (walk->n == 0) return;
-  int saved = errno;
+/* ---- handing the pages back, a burst at a time ------------------------------------------------
+ * Every madvise flushes the TLB of every CPU that runs the process, by an interprocessor
+ * interrupt each of them takes: ~20 us a call with one other thread running, in a VM, against ~2
+ * us for the fault that brings a window in (bench/README.md). Misses come in bursts (a process
+ * starting, a new code path) that read the same few windows (the search table's, nearby FDEs'):
+ * handed back after each walk, a window is faulted in and given back again many times, and the
+ * interrupts cost the program's threads more than the walks do. So the ranges a walk read stay
+ * resident, noted process-wide, and go back together, one madvise per object over the span
+ * they cover, at the end of the walk that brings more than PENDING_WINDOWS windows or that
+ * comes PENDING_NS after the first was noted. Pages are resident on that account for at most
+ * PENDING_NS while the process samples, at most PENDING_WINDOWS windows beyond those of the
+ * walks under way; a process that stops sampling keeps them until its next sample. A walk
+ * that finds another thread noting (a try-lock) hands back its own ranges at once. */
+#define PENDING_WINDOWS 4u
+#define PENDING_NS 20000000ll
+#define PENDING_RANGES (PENDING_WINDOWS + MP_UNWIND_WALK_RANGES)
+
+static atomic_flag pending_lock = ATOMIC_FLAG_INIT;
+static struct { /* under pending_lock */
+  uintptr_t lo[PENDING_RANGES], hi[PENDING_RANGES];
+  const object_t* object[PENDING_RANGES];
+  unsigned n, windows;
+} pending;
+static _Atomic unsigned pending_ranges;  /* pending.n, for readers without the lock: a hint */
+static _Atomic int64_t pending_since;    /* when the oldest pending range was noted */
+static atomic_ullong give_calls;
+
+/* Hands back ranges [lo[i], hi[i]) of object[i], i < n: one madvise per object, over the span
+ * of its ranges, which lies in its givable part (note_read clips each range to it). */
+static void give_back(const uintptr_t* lo, const uintptr_t* hi, const object_t* const* object, unsigned n) {
+  uint32_t done = 0;
+  _Static_assert(PENDING_RANGES <= 32 && MP_UNWIND_WALK_RANGES <= 32, "done is a bit set");
+  for (unsigned i = 0; i < n; i++) {
+    if (done & (1u << i)) continue;
+    const object_t* o = object[i];
+    uintptr_t span_lo = lo[i], span_hi = hi[i];
+    for (unsigned j = i; j < n; j++)
+      if (object[j] == o) {
+        done |= 1u << j;
+        if (lo[j] < span_lo) span_lo = lo[j];
+        if (hi[j] > span_hi) span_hi = hi[j];
+      }
+    mp_assert(o->give_lo <= span_lo && span_lo < span_hi && span_hi <= o->give_hi);
+    mp_assert((span_lo & 4095) == 0 && (span_hi & 4095) == 0);
+    atomic_fetch_add_explicit(&give_calls, 1, memory_order_relaxed);
+    if (madvise((void*)span_lo, span_hi - span_lo, MADV_DONTNEED) == 0)
+      atomic_fetch_add_explicit(&bytes_given, span_hi - span_lo, memory_order_relaxed);
+  }
+}
+
+static unsigned windows_of(uintptr_t lo, uintptr_t hi) { return (unsigned)((hi - lo + WINDOW - 1) / WINDOW); }
+
+/* As pending_lock: the walk's ranges joined to the pending ones (merged where they overlap or
+ * touch in one object), all handed back when more than PENDING_WINDOWS windows or too old. */
+static void note_pending(const mp_unwind_walk_t* walk, int64_t now) {
+  if (pending.n == 0 && walk->n != 0) atomic_store_explicit(&pending_since, now, memory_order_relaxed);
   for (unsigned i = 0; i < walk->n; i++) {
-    mp_assert(walk->lo[i] < walk->hi[i] && (walk->lo[i] & 4095) == 0 && (walk->hi[i] & 4095) == 0);
-    if (madvise((void*)walk->lo[i], walk->hi[i] - walk->lo[i], MADV_DONTNEED) == 0)
-      atomic_fetch_add_explicit(&bytes_given, walk->hi[i] - walk->lo[i], memory_order_relaxed);
+    const object_t* o = (const object_t*)walk->object[i];
+    uintptr_t lo = walk->lo[i], hi = walk->hi[i];
+    unsigned k = 0;
+    while (k < pending.n && !(pending.object[k] == o && lo <= pending.hi[k] && pending.lo[k] <= hi)) k++;
+    if (k == pending.n) {
+      mp_assert(pending.n < PENDING_RANGES); /* pending.n <= PENDING_WINDOWS between walks */
+      pending.lo[k] = lo;
+      pending.hi[k] = hi;
+      pending.object[k] = o;
+      pending.n++;
+      pending.windows += windows_of(lo, hi);
+      continue;
+    }
+    pending.windows -= windows_of(pending.lo[k], pending.hi[k]);
+    if (lo < pending.lo[k]) pending.lo[k] = lo;
+    if (hi > pending.hi[k]) pending.hi[k] = hi;
+    pending.windows += windows_of(pending.lo[k], pending.hi[k]);
+  }
+  bool due = pending.windows > PENDING_WINDOWS ||
+             (pending.n != 0 && now - atomic_load_explicit(&pending_since, memory_order_relaxed) >= PENDING_NS);
+#ifdef MP_TEST_HOOKS
+  due = due || mp_test_hook("MP_TEST_UNWIND_GIVE_EACH"); /* the batching test's control: every walk's at its end */
+#endif
+  if (due) {
+    give_back(pending.lo, pending.hi, pending.object, pending.n);
+    pending.n = pending.windows = 0;
+  }
+  mp_assert(pending.windows <= PENDING_WINDOWS && pending.n <= PENDING_WINDOWS);
+  atomic_store_explicit(&pending_ranges, pending.n, memory_order_relaxed);
+}
+
+void mp_unwind_walk_end(mp_unwind_walk_t* walk) {
+  if (walk->n == 0) {
+    if (atomic_load_explicit(&pending_ranges, memory_order_relaxed) == 0) return; /* the common case */
+  }
+  int saved = errno;
+  int64_t now = mp_monotonic_ns();
+  if (walk->n == 0 && now - atomic_load_explicit(&pending_since, memory_order_relaxed) < PENDING_NS) {
+    errno = saved;
+    return;
+  }
+  if (atomic_flag_test_and_set_explicit(&pending_lock, memory_order_acquire)) {
+    give_back(walk->lo, walk->hi, (const object_t* const*)walk->object, walk->n); /* another thread notes */
+  } else {
+    note_pending(walk, now);
+    atomic_flag_clear_explicit(&pending_lock, memory_order_release);
   }
   errno = saved;
   walk->n = 0;
@@ -762,9 +861,10 @@ static void lookup_uncached(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule
   if (fde != 0 && rule_from_fde(walk, o, o != NULL ? &o->cies : NULL, fde, pc, (uintptr_t)hdr, &r)) *out = r;
 }
 
-void mp_unwind_counts(uint64_t* parsed, uint64_t* given) {
+void mp_unwind_counts(uint64_t* parsed, uint64_t* given, uint64_t* calls) {
   *parsed = atomic_load(&rules_parsed);
   *given = atomic_load(&bytes_given);
+  *calls = atomic_load(&give_calls);
 }
 
 /* ---- the cache ---------------------------------------------------------------------------------- */
@@ -847,6 +947,12 @@ void mp_unwind_rule(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule_t* out)
 
 void mp_unwind_child_reinit(void) { /* the child's only thread is the one that forked */
   atomic_flag_clear(&writer);
+  /* another thread may have been noting: its ranges, maybe half written, are dropped (the
+   * child maps none of those pages: fork copies no page table entry of a file mapping never
+   * written) */
+  pending.n = pending.windows = 0;
+  atomic_store(&pending_ranges, 0);
+  atomic_flag_clear(&pending_lock);
   atomic_store(&objects_writer, 0);
   atomic_store(&objects_setup_ns, 0);
   for (unsigned i = 0; i < OBJECTS_MAX; i++) atomic_flag_clear(&objects[i].cies.writer);
@@ -877,6 +983,6 @@ void mp_unwind_child_reinit(void) {}
 void mp_unwind_walk_end(mp_unwind_walk_t* walk) { (void)walk; }
 void mp_unwind_init(void) {}
 void mp_unwind_prefetch(uintptr_t pc) { (void)pc; }
-void mp_unwind_counts(uint64_t* parsed, uint64_t* given) { *parsed = *given = 0; }
+void mp_unwind_counts(uint64_t* parsed, uint64_t* given, uint64_t* calls) { *parsed = *given = *calls = 0; }
 
 #endif

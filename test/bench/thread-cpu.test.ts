@@ -8,9 +8,9 @@ import { test } from 'node:test';
 import { root } from '../helpers.js';
 import { buildTestHooks } from '../reliability/util.js';
 
-for (const arms of ['stopped,profiling', 'keep,give']) {
+for (const arms of ['stopped,profiling', 'keep,give', 'each,burst']) {
   test(`bench/thread-cpu.mjs --quick --json --arms ${arms}: a main thread and others, ticks counted in both arms`, () => {
-    buildTestHooks(); // build/test-hooks, which the keep,give arms preload (made by the test set-up already)
+    buildTestHooks(); // build/test-hooks, which the keep,give and each,burst arms preload (made by the test set-up already)
     const r = spawnSync(process.execPath, [join(root, 'bench', 'thread-cpu.mjs'), '--quick', '--json', '--arms', arms], { encoding: 'utf8', timeout: 120_000 });
     assert.equal(r.status, 0, r.stderr);
     const report = JSON.parse(r.stdout) as { arms: string[]; threads: Record<string, [number, number]>; total: [number, number] };

@@ -95,3 +95,31 @@ test(`profiling node-mix adds at most 2 % of its live heap at the peak; both con
   t.diagnostic(`control, the tables' pages kept: ${kept.text}`);
   assert.ok(kept.added > kept.budget, `the file control passed: ${kept.text}`);
 });
+
+/** Misses parsed and madvise calls that handed the unwind tables' pages back, in one run of
+ * node-mix 40 under the test-hooks library (MP_TEST_UNWIND_COUNTS prints them at exit). */
+function giveCalls(env: Record<string, string>): { parsed: number; calls: number } {
+  const script = join(root, 'bench', 'fixtures', 'node-mix.cjs');
+  const r = runUnder(buildTestHooks(), targetNode, [script, '40'], { MIMALLOC_PROF: '1', MP_TEST_UNWIND_COUNTS: '1', ...env }, 240_000);
+  assert.equal(r.status, 0, r.stderr);
+  const m = /rules_parsed=(\d+) .*give_calls=(\d+)/.exec(r.stderr);
+  assert.ok(m, `no unwind counts in ${r.stderr.slice(-400)}`);
+  return { parsed: Number(m[1]), calls: Number(m[2]) };
+}
+
+/** Each madvise flushes the TLB of every CPU running the process (bench/README.md, "Per-thread
+ * CPU"), so the pages of a burst of misses go back together (native/src/unwind.c): per miss
+ * parsed, at most 3/4 of the calls that handing back each walk's pages at its end makes
+ * (measured: about half, 0.10-0.11 against 0.20-0.22 calls a miss). The control runs both sides
+ * with each walk's pages handed back at its end (MP_TEST_UNWIND_GIVE_EACH), and must fail. */
+const BURST_SHARE = 0.75;
+test(`the unwind tables' pages go back a burst at a time; the control, each walk's at its end, does not (${mimallocLabel})`, { skip: (onMusl && MUSL_NO_NODE) || (onCross && ARM64_TABLES_KEPT) }, (t) => {
+  const perMiss = (c: { parsed: number; calls: number }) => c.calls / c.parsed;
+  const each = giveCalls({ MP_TEST_UNWIND_GIVE_EACH: '1' });
+  const burst = giveCalls({});
+  const control = giveCalls({ MP_TEST_UNWIND_GIVE_EACH: '1' });
+  t.diagnostic(`calls a miss: bursts ${perMiss(burst).toFixed(3)} (${burst.calls} for ${burst.parsed}); each walk ${perMiss(each).toFixed(3)} (${each.calls} for ${each.parsed}); the control ${perMiss(control).toFixed(3)}`);
+  assert.ok(each.calls > 20 && burst.calls > 0, 'the runs handed pages back');
+  assert.ok(perMiss(burst) <= BURST_SHARE * perMiss(each), 'bursts take fewer calls');
+  assert.ok(perMiss(control) > BURST_SHARE * perMiss(each), 'the control passed');
+});

@@ -130,8 +130,8 @@ test('positive control: frame-pointer steps alone, without the fallback (MP_TEST
 //   allocation: the main thread's at load, by one ioctl where the kernel has PROCMAP_QUERY, else
 //   the text of /proc/self/maps (MP_TEST_MAPS_TEXT=1 forces the text); the pthread's and the C11
 //   thread's in their start wrappers, from pthread_getattr_np;
-// - the unwind rules, read through the objects' mappings, whose pages each walk hands back
-//   (given_back); MP_TEST_UNWIND_KEEP_PAGES=1 keeps them, and the stacks are the same.
+// - the unwind rules, read through the objects' mappings, whose pages go back a burst of walks
+//   at a time (given_back); MP_TEST_UNWIND_KEEP_PAGES=1 keeps them, and the stacks are the same.
 // qemu-user answers /proc/self/maps from a file of its own (the ioctl never reaches the kernel); and
 // Debian's arm64 binutils keep .eh_frame in the executable text segment, whose pages are never handed
 // back (unwind.c givable_range): on the arm64 pass nothing is, and the stacks are still libgcc's.
