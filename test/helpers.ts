@@ -1,7 +1,7 @@
 /** Shared test support: building C fixtures, running under the preload, reading profiles
  * with the real google/pprof (`go tool pprof`). */
 import { spawn, spawnSync, type SpawnSyncReturns } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -28,7 +28,21 @@ export const fixturesDir = join(root, 'test', 'native', 'fixtures');
 export const buildDir = join(testBuildRoot, 'test');
 
 export function tempDir(prefix = 'mpp-test-'): string {
-  return mkdtempSync(join(tmpdir(), prefix));
+  return removedAtExit(mkdtempSync(join(tmpdir(), prefix)));
+}
+
+const madeDirs: string[] = [];
+/** dir, removed with everything in it when this test file's process exits (each test file runs
+ * in a process of its own), so that test runs leave nothing in /tmp or /dev/shm; with
+ * MPP_KEEP_TEMP=1 it stays, to look at after a failure. */
+export function removedAtExit(dir: string): string {
+  if (process.env.MPP_KEEP_TEMP === '1') return dir;
+  if (madeDirs.length === 0)
+    process.on('exit', () => {
+      for (const d of madeDirs) rmSync(d, { recursive: true, force: true });
+    });
+  madeDirs.push(dir);
+  return dir;
 }
 
 /**

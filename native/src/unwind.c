@@ -28,7 +28,7 @@
  *  - no file is opened and no system call made but the madvise that hands back the pages
  *    walks' misses brought in, only where they hold the file's bytes unchanged, at the end of a
  *    walk (mp_unwind_walk_end, a burst at a time: below), and the monotonic clock's read (the
- *    vDSO's); errno is the caller's;
+ *    vDSO's, where there is one); errno is the caller's;
  *  - a cache slot is written only by the thread that holds `writer` (others skip caching),
  *    and readers validate a slot by its sequence count, read before and after the slot;
  *  - a cached rule is never invalidated: code unloaded with dlclose and replaced by other
@@ -555,6 +555,7 @@ struct object_s {
   uint32_t table_rel;            /* the search table's offset from hdr */
   uint64_t count;                /* its entries; 0: no usable table */
   uintptr_t give_lo, give_hi;    /* the pages that may be handed back (page-aligned), lo == hi: none */
+  const uint8_t* eh;             /* hdr, set before the first range is noted (hdr is set last) */
   cie_memo_t cies;
   const int32_t* sparse;         /* NULL: the table is searched whole */
 };
@@ -605,11 +606,12 @@ static void note_read(mp_unwind_walk_t* walk, const object_t* o, uintptr_t at, s
  * interrupts cost the program's threads more than the walks do. So the ranges a walk read stay
  * resident, noted process-wide, and go back together, one madvise per object over the span
  * they cover, at the end of the walk that brings more than PENDING_WINDOWS windows or that
- * comes PENDING_NS after the first was noted. Pages are resident on that account for at most
- * PENDING_NS while the process samples, at most PENDING_WINDOWS windows beyond those of the
- * walks under way; a process that stops sampling keeps them until its next sample. A walk
- * that finds another thread noting (a try-lock) hands back its own ranges at once. */
-#define PENDING_WINDOWS 4u
+ * comes PENDING_NS after the first was noted. Pages are resident on that account until the
+ * end of the first sample taken PENDING_NS after they were noted, at most PENDING_WINDOWS
+ * windows beyond those of the walks under way; a process that stops sampling keeps them until
+ * its next sample. A walk that finds another thread noting (a try-lock) hands back its own
+ * ranges at once. */
+#define PENDING_WINDOWS 8u /* 512 KiB; 4: http-workers' CPU 1.037x against stopped, 8: 1.022x, 16: 1.023x (bench/README.md) */
 #define PENDING_NS 20000000ll
 #define PENDING_RANGES (PENDING_WINDOWS + MP_UNWIND_WALK_RANGES)
 
@@ -623,8 +625,28 @@ static _Atomic unsigned pending_ranges;  /* pending.n, for readers without the l
 static _Atomic int64_t pending_since;    /* when the oldest pending range was noted */
 static atomic_ullong give_calls;
 
+static void givable_range(uintptr_t* give_lo, uintptr_t* give_hi, const uint8_t* hdr, const struct dl_find_object* info);
+
+/* Whether [lo, hi) is still givable pages of o: a range stays pending for PENDING_NS or more,
+ * meanwhile the object may have been unloaded (dlclose) and its addresses mapped again, by
+ * another object or by anonymous memory that a madvise would zero. So the object that holds lo
+ * now is asked again (_dl_find_object: lock-free), and its givable range derived afresh from
+ * its program headers. What remains is the moment between this check and the madvise, as for
+ * a walk that reads an object while another thread unloads it. */
+static bool still_givable(const object_t* o, uintptr_t lo, uintptr_t hi) {
+  struct dl_find_object info;
+  uintptr_t give_lo, give_hi;
+#ifdef MP_TEST_HOOKS
+  if (mp_test_hook("MP_TEST_UNWIND_NO_RECHECK")) return true; /* the unload gate's control */
+#endif
+  if (_dl_find_object((void*)lo, &info) != 0 || info.dlfo_eh_frame != o->eh) return false;
+  givable_range(&give_lo, &give_hi, o->eh, &info);
+  return give_lo <= lo && lo < hi && hi <= give_hi;
+}
+
 /* Hands back ranges [lo[i], hi[i]) of object[i], i < n: one madvise per object, over the span
- * of its ranges, which lies in its givable part (note_read clips each range to it). */
+ * of its ranges, which lies in its givable part (note_read clips each range to it) while the
+ * object is loaded (still_givable). */
 static void give_back(const uintptr_t* lo, const uintptr_t* hi, const object_t* const* object, unsigned n) {
   uint32_t done = 0;
   _Static_assert(PENDING_RANGES <= 32 && MP_UNWIND_WALK_RANGES <= 32, "done is a bit set");
@@ -640,6 +662,7 @@ static void give_back(const uintptr_t* lo, const uintptr_t* hi, const object_t* 
       }
     mp_assert(o->give_lo <= span_lo && span_lo < span_hi && span_hi <= o->give_hi);
     mp_assert((span_lo & 4095) == 0 && (span_hi & 4095) == 0);
+    if (!still_givable(o, span_lo, span_hi)) continue;
     atomic_fetch_add_explicit(&give_calls, 1, memory_order_relaxed);
     if (madvise((void*)span_lo, span_hi - span_lo, MADV_DONTNEED) == 0)
       atomic_fetch_add_explicit(&bytes_given, span_hi - span_lo, memory_order_relaxed);
@@ -648,8 +671,10 @@ static void give_back(const uintptr_t* lo, const uintptr_t* hi, const object_t* 
 
 static unsigned windows_of(uintptr_t lo, uintptr_t hi) { return (unsigned)((hi - lo + WINDOW - 1) / WINDOW); }
 
-/* As pending_lock: the walk's ranges joined to the pending ones (merged where they overlap or
- * touch in one object), all handed back when more than PENDING_WINDOWS windows or too old. */
+/* As pending_lock: the walk's ranges joined to the pending ones (each merged into the first
+ * pending range of its object it overlaps or touches; one that bridges two leaves them apart,
+ * counted twice, so its pages go back sooner), all handed back when more than PENDING_WINDOWS
+ * windows (by length) or too old. */
 static void note_pending(const mp_unwind_walk_t* walk, int64_t now) {
   if (pending.n == 0 && walk->n != 0) atomic_store_explicit(&pending_since, now, memory_order_relaxed);
   for (unsigned i = 0; i < walk->n; i++) {
@@ -708,8 +733,8 @@ void mp_unwind_walk_end(mp_unwind_walk_t* walk) {
  * above), from the object's program headers: the executable's from the auxiliary vector (its
  * dlfo_map_start may be its text, not its first segment), a library's from its ELF header at
  * the start of its mapping. */
-static void givable_range(object_t* o, const uint8_t* hdr, const struct dl_find_object* info) {
-  o->give_lo = o->give_hi = 0;
+static void givable_range(uintptr_t* give_lo, uintptr_t* give_hi, const uint8_t* hdr, const struct dl_find_object* info) {
+  *give_lo = *give_hi = 0;
   const struct link_map* lm = info->dlfo_link_map;
   uintptr_t start = (uintptr_t)info->dlfo_map_start, end = (uintptr_t)info->dlfo_map_end;
   /* getauxval sets errno (ENOENT) for an entry the vector lacks: without a vDSO (qemu-user's
@@ -751,13 +776,14 @@ static void givable_range(object_t* o, const uint8_t* hdr, const struct dl_find_
   if (lo >= hi) return;
   for (const ElfW(Dyn)* d = lm->l_ld; d != NULL && d->d_tag != DT_NULL; d++)
     if (d->d_tag == DT_TEXTREL || (d->d_tag == DT_FLAGS && (d->d_un.d_val & DF_TEXTREL) != 0)) return;
-  o->give_lo = lo;
-  o->give_hi = hi;
+  *give_lo = lo;
+  *give_hi = hi;
 }
 
 /* As objects_writer: fills o (its search table kept sparsely when the pool has room). */
 static void object_setup(object_t* o, const uint8_t* hdr, const struct dl_find_object* info) {
-  givable_range(o, hdr, info);
+  o->eh = hdr;
+  givable_range(&o->give_lo, &o->give_hi, hdr, info);
   o->sparse = NULL;
   if (!parse_hdr(hdr, &o->count, &o->table_rel)) {
     o->count = 0;

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { basename, dirname, isAbsolute, join } from 'node:path';
 import { test } from 'node:test';
 
-import { root } from '../helpers.js';
+import { removedAtExit, root } from '../helpers.js';
 
 const cli = join(root, 'dist', 'src', 'cli', 'bin.js');
 const runCli = (args: string[], env: NodeJS.ProcessEnv = process.env) =>
@@ -38,7 +38,7 @@ test('unknown commands and arguments are usage errors (exit 2, one line)', () =>
 });
 
 test('under a path with a space, lib prints a link that LD_PRELOAD="$(lib)" loads (control: the spaced path itself is refused by ld.so)', () => {
-  const dir = mkdtempSync(join(tmpdir(), 'mpp lib '));
+  const dir = removedAtExit(mkdtempSync(join(tmpdir(), 'mpp lib ')));
   const real = runCli(['lib']).stdout.trim();
   const spaced = join(dir, 'with space');
   symlinkSync(dirname(real), spaced);

@@ -6,7 +6,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, statSync } from 'node
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import { root, targetArgv, type Run } from '../helpers.js';
+import { removedAtExit, root, targetArgv, type Run } from '../helpers.js';
 import { libDir, makeVars, mimallocLinkFlags, targetCC, testBuildRoot } from '../mimalloc.js';
 
 export const productionDir = libDir;
@@ -113,7 +113,7 @@ export function fastTempDir(prefix = 'mpp-gate-'): string {
   } catch {
     /* no /dev/shm: the temp directory */
   }
-  return mkdtempSync(join(base, prefix));
+  return removedAtExit(mkdtempSync(join(base, prefix)));
 }
 
 // ---- sanitizer builds ------------------------------------------------------------------------
