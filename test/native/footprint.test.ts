@@ -110,7 +110,7 @@ function giveCalls(env: Record<string, string>): { parsed: number; calls: number
 /** Each madvise flushes the TLB of every CPU running the process (bench/README.md, "Per-thread
  * CPU"), so the pages of a burst of misses go back together (native/src/unwind.c): per miss
  * parsed, at most 3/4 of the calls that handing back each walk's pages at its end makes
- * (measured: about half, 0.10-0.11 against 0.20-0.22 calls a miss). The control runs both sides
+ * (measured: about a third, 0.064 against 0.207 calls a miss, with 8 windows pending). The control runs both sides
  * with each walk's pages handed back at its end (MP_TEST_UNWIND_GIVE_EACH), and must fail. */
 const BURST_SHARE = 0.75;
 test(`the unwind tables' pages go back a burst at a time; the control, each walk's at its end, does not (${mimallocLabel})`, { skip: (onMusl && MUSL_NO_NODE) || (onCross && ARM64_TABLES_KEPT) }, (t) => {
