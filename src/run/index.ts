@@ -428,10 +428,12 @@ export async function runProgram(opts: RunOptions): Promise<RunResult> {
     const live = opts.live && nodeProgram ? startLive(runDir, opts.serveToken, opts.live.log, running) : undefined;
     const post = await import('./post.js');
     const copies = post.watchCodeCopies(runDir, opts.profile);
-    const series = opts.profile && opts.every !== undefined ? post.startSeries(opts, runDir, copies) : undefined;
+    const codeLogs = post.followCodeLogs(runDir, opts.profile);
+    const series = opts.profile && opts.every !== undefined ? post.startSeries(opts, runDir, copies, codeLogs) : undefined;
     const { pid: mainPid, ended } = await running;
     await live;
     copies.stop();
+    codeLogs.stop();
     const written = series?.stop() ?? [];
     if (ended instanceof Error) {
       const code = (ended as NodeJS.ErrnoException).code;
@@ -506,7 +508,7 @@ export async function runProgram(opts: RunOptions): Promise<RunResult> {
       for (const p of processes) {
         if (!raws.has(p.pid)) continue;
         await step();
-        await post.finishProfile(opts, runDir, p, copies, startedUnixMs, step);
+        await post.finishProfile(opts, runDir, p, copies, codeLogs, startedUnixMs, step);
         done.add(p.pid);
       }
     } catch (e) {

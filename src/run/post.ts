@@ -20,7 +20,7 @@ import { codeCopiesFromSnapshot, codeCopiesOf, type CodeCopy } from '../symboliz
 import { persistDemangled, saveDemangled } from '../symbolize/demangle.js';
 import { isPreloadLibrary, symbolize } from '../symbolize/index.js';
 import { recordedNumber } from '../symbolize/raw.js';
-import { readV8Logs, v8LogsIn } from '../symbolize/v8-log.js';
+import { readV8Logs, V8LogFollower, v8LogsIn } from '../symbolize/v8-log.js';
 import { packageVersion, seriesPath, withPid, type ProcessReport, type RunOptions } from './index.js';
 import { perfMapOf, readMarkers, type ProcessMarker } from './leftovers.js';
 
@@ -98,29 +98,74 @@ export function watchCodeCopies(runDir: string, on: boolean): CodeCopies {
 }
 
 /**
- * V8's code log of process `pid` (src/symbolize/v8-log.ts: the functions the JIT inlined), as
- * symbolize's options: the logs kept in the run's folder (`v8log.<pid>.<n>.log`), else those
- * still in `dirs` (its working directory), and where in its perf map the log started.
+ * V8's code logs of the run's processes (src/symbolize/v8-log.ts: the functions the JIT
+ * inlined), read as they grow while the program runs (every LOG_FOLLOW_MS), so that naming
+ * after its end reads only what came last: a compiler's run writes tens of MB (tsc: 13.7 MB,
+ * 0.2 s to parse; bench/README.md, "run: what it adds around a program").
  */
-export function v8LogOptions(runDir: string, pid: number, dirs: readonly string[]): { v8Log?: ReturnType<typeof readV8Logs>; v8LogFrom?: number } {
-  const started = join(runDir, `v8log.${pid}.json`);
-  if (!existsSync(started)) return {}; // the log was not turned on (not Node, or it failed)
-  let kept: string[] = [];
-  try {
-    kept = readdirSync(runDir)
-      .filter((f) => f.startsWith(`v8log.${pid}.`) && f.endsWith('.log'))
-      .map((f) => join(runDir, f));
-  } catch {
-    kept = [];
-  }
-  const paths = kept.length > 0 ? kept : [...new Set(dirs)].flatMap((d) => v8LogsIn(d, pid));
-  if (paths.length === 0) return {};
-  try {
-    const { perfMapBytes } = JSON.parse(readFileSync(started, 'utf8')) as { perfMapBytes: number };
-    return { v8Log: readV8Logs(paths), v8LogFrom: perfMapBytes };
-  } catch {
-    return {};
-  }
+export interface CodeLogs {
+  /** symbolize's options for `pid`: its logs kept in the run's folder (`v8log.<pid>.<n>.log`),
+   * else those still in `dirs` (its working directory), and where in its perf map the log
+   * started. */
+  of(pid: number, dirs: readonly string[]): { v8Log?: ReturnType<typeof readV8Logs>; v8LogFrom?: number };
+  stop(): void;
+}
+
+const LOG_FOLLOW_MS = 500;
+
+export function followCodeLogs(runDir: string, on: boolean): CodeLogs {
+  const followers = new Map<number, V8LogFollower>();
+  let stopped = false;
+  const look = () => {
+    if (stopped) return;
+    let markers: ProcessMarker[];
+    try {
+      markers = readMarkers(runDir);
+    } catch {
+      return; // the run's folder gone (the run ending)
+    }
+    for (const m of markers) {
+      if (!existsSync(join(runDir, `v8log.${m.pid}.json`))) continue; // not Node, or not yet started
+      const paths = [...new Set([m.cwd, process.cwd()].filter((d) => d !== ''))].flatMap((d) => v8LogsIn(d, m.pid));
+      if (paths.length === 0) continue;
+      const follower = followers.get(m.pid) ?? new V8LogFollower();
+      followers.set(m.pid, follower);
+      follower.updatePaths(paths);
+    }
+  };
+  const timer = on ? setInterval(look, LOG_FOLLOW_MS) : undefined;
+  timer?.unref();
+  return {
+    of(pid, dirs) {
+      const started = join(runDir, `v8log.${pid}.json`);
+      if (!existsSync(started)) return {}; // the log was not turned on (not Node, or it failed)
+      let kept: string[] = [];
+      try {
+        kept = readdirSync(runDir)
+          .filter((f) => f.startsWith(`v8log.${pid}.`) && f.endsWith('.log'))
+          .map((f) => join(runDir, f));
+      } catch {
+        kept = [];
+      }
+      const paths = kept.length > 0 ? kept : [...new Set(dirs)].flatMap((d) => v8LogsIn(d, pid));
+      if (paths.length === 0) return {};
+      try {
+        const { perfMapBytes } = JSON.parse(readFileSync(started, 'utf8')) as { perfMapBytes: number };
+        // the rest of each log the follower knows; a log it never saw (a copy made across file
+        // systems is another file) means reading them all afresh: one log read twice would
+        // count its code objects twice
+        const follower = followers.get(pid);
+        const v8Log = follower !== undefined && follower.updatePaths(paths) ? follower.log : readV8Logs(paths);
+        return { v8Log, v8LogFrom: perfMapBytes };
+      } catch {
+        return {};
+      }
+    },
+    stop() {
+      stopped = true;
+      if (timer) clearInterval(timer);
+    },
+  };
 }
 
 /** Moves V8's logs of the run's processes into the run's folder (read there once each
@@ -156,7 +201,7 @@ export function keepV8Logs(runDir: string, markers: readonly ProcessMarker[], la
  * be in it yet: stop(), once the program has ended and its map is complete, names every one
  * again, overwrites it, and lists them.
  */
-export function startSeries(opts: RunOptions, runDir: string, copies: CodeCopies): { stop(): { pid: number; n: number; file: string }[] } {
+export function startSeries(opts: RunOptions, runDir: string, copies: CodeCopies, codeLogs: CodeLogs): { stop(): { pid: number; n: number; file: string }[] } {
   const written = new Map<string, { pid: number; n: number; file: string }>();
   const sweep = (final: boolean) => {
     let names: string[];
@@ -172,7 +217,7 @@ export function startSeries(opts: RunOptions, runDir: string, copies: CodeCopies
       })
       .sort((a, b) => a.pid - b.pid || a.n - b.n);
     // V8's code log (inlined functions) once the program has ended and its logs are whole
-    const logs = new Map<number, ReturnType<typeof v8LogOptions>>();
+    const logs = new Map<number, ReturnType<CodeLogs['of']>>();
     const logOf = (pid: number) => {
       if (!final) return {};
       if (!logs.has(pid)) {
@@ -182,7 +227,7 @@ export function startSeries(opts: RunOptions, runDir: string, copies: CodeCopies
         } catch {
           cwd = '';
         }
-        logs.set(pid, v8LogOptions(runDir, pid, [cwd, process.cwd()].filter((d) => d !== '')));
+        logs.set(pid, codeLogs.of(pid, [cwd, process.cwd()].filter((d) => d !== '')));
       }
       return logs.get(pid)!;
     };
@@ -224,7 +269,7 @@ export function startSeries(opts: RunOptions, runDir: string, copies: CodeCopies
  * between the phases (decoding, naming, merging, encoding): run's signal handlers and its
  * progress line get their turn there.
  */
-export async function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport, copies: CodeCopies, startedUnixMs: number | undefined, step: () => Promise<void>): Promise<void> {
+export async function finishProfile(opts: RunOptions, runDir: string, p: ProcessReport, copies: CodeCopies, codeLogs: CodeLogs, startedUnixMs: number | undefined, step: () => Promise<void>): Promise<void> {
   const started = performance.now();
   // --peak: the in-use figures of the high-water mark (the library wrote both at exit)
   const peakFile = join(runDir, `peak.${p.pid}.pb`);
@@ -248,7 +293,7 @@ export async function finishProfile(opts: RunOptions, runDir: string, p: Process
     ...(perfMapBytes !== undefined ? { perfMapBytes } : {}),
     trimFile: isPreloadLibrary,
     codeCopies: copies.of(p.pid, true),
-    ...v8LogOptions(runDir, p.pid, []),
+    ...codeLogs.of(p.pid, []),
   });
   const comment = (text: string) => profile.comment.push(profile.stringTable.dedup(text));
   // the peak's figures say so, with their standard error and when (src/profile/peak.ts)

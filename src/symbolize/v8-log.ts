@@ -318,11 +318,15 @@ export type LogStarts = Readonly<Record<string, number>>;
 const CHUNK = 16 << 20; // bytes read at a time: a first read of a long-running process's log is bounded
 
 /**
- * A running process's own logs, read as they grow (the in-process API: src/node/engine.ts):
- * each call reads what V8 appended to each log this process has open since the last, up to its
- * last complete line, into one index kept across calls. A log is append-only while its isolate
- * lives; one that shrank was replaced, and is read anew. A log that cannot be read leaves the
- * index as it was (inlined functions there then show as their caller).
+ * V8's logs read as they grow, into one index kept across calls: each call reads what V8
+ * appended to each log since the last, up to its last complete line. A log is append-only
+ * while its isolate lives; one that shrank was replaced, and is read anew. A log that cannot be
+ * read leaves the index as it was (inlined functions there then show as their caller).
+ *
+ * Two users: the in-process API (src/node/engine.ts), whose `update()` follows the logs this
+ * process has open, by path; and `run` (src/run/post.ts), whose `updatePaths()` follows a
+ * child's logs while it runs, by file (device and inode), so that a log moved into the run's
+ * folder after the child ended (a rename) goes on from where it was.
  */
 export class V8LogFollower {
   readonly log = new V8CodeLogImpl();
@@ -330,11 +334,12 @@ export class V8LogFollower {
 
   constructor(readonly starts: LogStarts = {}) {}
 
-  /** Reads what was appended; returns the index (the same object every time). */
+  /** Reads what was appended to the logs this process has open; returns the index (the same
+   * object every time). */
   update(): V8CodeLog {
     for (const path of v8LogsOpenHere()) {
       try {
-        this.follow(path);
+        this.follow(path, false);
       } catch {
         /* unreadable now: tried again at the next update */
       }
@@ -342,15 +347,33 @@ export class V8LogFollower {
     return this.log;
   }
 
-  private follow(path: string): void {
-    let f = this.files.get(path);
-    if (!f) {
-      f = { read: this.starts[path] ?? 0, state: newLogState(), skipLine: false };
-      this.files.set(path, f);
+  /** Reads what was appended to the logs at `paths`; true when every one of them was a file
+   * already followed (none new to the index). */
+  updatePaths(paths: readonly string[]): boolean {
+    let known = true;
+    for (const path of paths) {
+      try {
+        known = this.follow(path, true) && known;
+      } catch {
+        known = false;
+      }
     }
+    return known;
+  }
+
+  /** Whether the file was followed before this call. */
+  private follow(path: string, byFile: boolean): boolean {
     const fd = openSync(path, 'r');
     try {
-      const size = fstatSync(fd).size;
+      const stat = fstatSync(fd);
+      const key = byFile ? `${stat.dev}:${stat.ino}` : path;
+      let f = this.files.get(key);
+      const known = f !== undefined;
+      if (!f) {
+        f = { read: this.starts[path] ?? 0, state: newLogState(), skipLine: false };
+        this.files.set(key, f);
+      }
+      const size = stat.size;
       if (size < f.read) {
         f.read = 0; // replaced: its records so far are of another log
         f.state = newLogState();
@@ -359,7 +382,7 @@ export class V8LogFollower {
       const chunk = Buffer.allocUnsafe(Math.min(CHUNK, Math.max(0, size - f.read)));
       while (f.read < size) {
         const got = readSync(fd, chunk, 0, Math.min(chunk.length, size - f.read), f.read);
-        if (got <= 0) return;
+        if (got <= 0) return known;
         let from = 0;
         if (f.skipLine) {
           // the rest of a line longer than a chunk: not one this index reads whole
@@ -372,7 +395,7 @@ export class V8LogFollower {
         }
         const end = chunk.subarray(0, got).lastIndexOf(10) + 1; // up to the last whole line
         if (end <= from) {
-          if (got < chunk.length) return; // a line still being written: read at the next update
+          if (got < chunk.length) return known; // a line still being written: read at the next update
           f.read += got; // a line longer than a chunk
           f.skipLine = true;
           continue;
@@ -380,6 +403,7 @@ export class V8LogFollower {
         this.log.add(chunk.subarray(from, end), f.state);
         f.read += end;
       }
+      return known;
     } finally {
       closeSync(fd);
     }

@@ -8,7 +8,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { appendFileSync, closeSync, openSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, closeSync, copyFileSync, openSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
@@ -174,6 +174,30 @@ test('the log read as it grows: parts split mid-line read as the whole; from a r
   } finally {
     closeSync(fd);
   }
+});
+
+// run's reader (src/run/post.ts followCodeLogs): a child's log followed by path while it runs,
+// then moved into the run's folder (a rename: the same file) goes on from where it was, reading
+// nothing twice; a file it never saw (a copy) is reported, so that the caller reads afresh.
+test('the log followed by file: a renamed log goes on where it was; a copy is a file never seen', () => {
+  const dir = tempDir('mpp-follow-paths-');
+  const path = join(dir, 'isolate-0x1234-99-v8.log');
+  const cut = LOG.indexOf('0xcc0'); // inside hot's code-creation line
+  writeFileSync(path, LOG.slice(0, cut));
+  const follower = new V8LogFollower();
+  assert.equal(follower.updatePaths([path]), false, 'a first sight');
+  appendFileSync(path, LOG.slice(cut));
+  const moved = join(dir, 'v8log.99.0.log');
+  renameSync(path, moved);
+  assert.equal(follower.updatePaths([moved]), true, 'the renamed log is the file followed');
+  const whole = parseV8Log(LOG);
+  assert.equal(follower.log.codeObjects, whole.codeObjects, 'nothing read twice, nothing missed');
+  assert.equal(follower.log.withInlining, 2);
+  assert.deepEqual(follower.log.inlinedAt(0x7f0000002000, 512, 'hot /app/inl.js:7:13', 0x7f0000002000 + 101, 0).map((f) => f.name), ['leaf', 'mid']);
+  const copy = join(dir, 'v8log.99.1.log');
+  copyFileSync(moved, copy);
+  assert.equal(follower.updatePaths([copy]), false, 'a copy is another file');
+  assert.equal(follower.updatePaths([join(dir, 'absent.log')]), false, 'an unreadable path');
 });
 
 test('symbolize: an optimised frame gets one line per inlined function before its own, by the map of its time', () => {
