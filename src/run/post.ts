@@ -29,6 +29,35 @@ const debug = debuglog('mimalloc-pprof');
 // the names of node's functions, demangled once rather than in every run
 persistDemangled();
 
+/** Calls `look` with the run's processes (the preload's markers) every `everyMs` while the
+ * program runs, first after `firstMs`; never when `on` is false. `look()` looks now;
+ * `stop()` ends it. */
+function whileRunning(runDir: string, on: boolean, firstMs: number, everyMs: number, look: (markers: ProcessMarker[]) => void): { look(): void; stop(): void } {
+  let stopped = false;
+  const now = () => {
+    if (stopped) return;
+    let markers: ProcessMarker[];
+    try {
+      markers = readMarkers(runDir);
+    } catch {
+      return; // the run's folder gone (the run ending)
+    }
+    look(markers);
+  };
+  const timer = on ? setInterval(now, everyMs) : undefined;
+  timer?.unref();
+  const first = on ? setTimeout(now, firstMs) : undefined;
+  first?.unref();
+  return {
+    look: now,
+    stop() {
+      stopped = true;
+      if (timer) clearInterval(timer);
+      if (first) clearTimeout(first);
+    },
+  };
+}
+
 /** Where each process of the run had code outside its recorded mappings (V8's copy of its
  * builtins: src/symbolize/code-copies.ts). */
 export interface CodeCopies {
@@ -47,14 +76,7 @@ export interface CodeCopies {
 export function watchCodeCopies(runDir: string, on: boolean): CodeCopies {
   const seen = new Map<number, Map<string, CodeCopy>>();
   let stopped = false;
-  const look = () => {
-    if (stopped) return;
-    let markers: ProcessMarker[];
-    try {
-      markers = readMarkers(runDir);
-    } catch {
-      return; // the run's folder gone (the run ending)
-    }
+  const watch = whileRunning(runDir, on, 200, 1000, (markers) => {
     for (const { pid } of markers) {
       const found = codeCopiesOf(pid);
       if (found.length === 0) continue;
@@ -62,14 +84,10 @@ export function watchCodeCopies(runDir: string, on: boolean): CodeCopies {
       for (const c of found) known.set(`${c.start}:${c.file}:${c.fileOffset}`, c);
       seen.set(pid, known);
     }
-  };
-  const timer = on ? setInterval(look, 1000) : undefined;
-  timer?.unref();
-  const first = on ? setTimeout(look, 200) : undefined;
-  first?.unref();
+  });
   return {
     of(pid, final) {
-      if (!final && !stopped) look();
+      if (!final && !stopped) watch.look();
       // what was seen while it ran, then what its threads recorded as they ended (newer wins)
       const all = [...(seen.get(pid)?.values() ?? [])];
       let names: string[] = [];
@@ -91,8 +109,7 @@ export function watchCodeCopies(runDir: string, on: boolean): CodeCopies {
     },
     stop() {
       stopped = true;
-      if (timer) clearInterval(timer);
-      if (first) clearTimeout(first);
+      watch.stop();
     },
   };
 }
@@ -115,15 +132,7 @@ const LOG_FOLLOW_MS = 500;
 
 export function followCodeLogs(runDir: string, on: boolean): CodeLogs {
   const followers = new Map<number, V8LogFollower>();
-  let stopped = false;
-  const look = () => {
-    if (stopped) return;
-    let markers: ProcessMarker[];
-    try {
-      markers = readMarkers(runDir);
-    } catch {
-      return; // the run's folder gone (the run ending)
-    }
+  const watch = whileRunning(runDir, on, LOG_FOLLOW_MS, LOG_FOLLOW_MS, (markers) => {
     for (const m of markers) {
       if (!existsSync(join(runDir, `v8log.${m.pid}.json`))) continue; // not Node, or not yet started
       const paths = [...new Set([m.cwd, process.cwd()].filter((d) => d !== ''))].flatMap((d) => v8LogsIn(d, m.pid));
@@ -132,9 +141,7 @@ export function followCodeLogs(runDir: string, on: boolean): CodeLogs {
       followers.set(m.pid, follower);
       follower.updatePaths(paths);
     }
-  };
-  const timer = on ? setInterval(look, LOG_FOLLOW_MS) : undefined;
-  timer?.unref();
+  });
   return {
     of(pid, dirs) {
       const started = join(runDir, `v8log.${pid}.json`);
@@ -161,10 +168,7 @@ export function followCodeLogs(runDir: string, on: boolean): CodeLogs {
         return {};
       }
     },
-    stop() {
-      stopped = true;
-      if (timer) clearInterval(timer);
-    },
+    stop: watch.stop,
   };
 }
 
