@@ -42,11 +42,15 @@ function whileRunning(runDir: string, on: boolean, firstMs: number, everyMs: num
     } catch {
       return; // the run's folder gone (the run ending)
     }
-    look(markers);
+    try {
+      look(markers);
+    } catch {
+      // what could not be looked at now is looked at next time, or by the naming after the end
+    }
   };
   const timer = on ? setInterval(now, everyMs) : undefined;
   timer?.unref();
-  const first = on ? setTimeout(now, firstMs) : undefined;
+  const first = on && firstMs < everyMs ? setTimeout(now, firstMs) : undefined;
   first?.unref();
   return {
     look: now,
@@ -159,10 +163,12 @@ export function followCodeLogs(runDir: string, on: boolean): CodeLogs {
       try {
         const { perfMapBytes } = JSON.parse(readFileSync(started, 'utf8')) as { perfMapBytes: number };
         // the rest of each log the follower knows; a log it never saw (a copy made across file
-        // systems is another file) means reading them all afresh: one log read twice would
-        // count its code objects twice
+        // systems is another file) means reading them all afresh, and nothing into the
+        // follower's index: one log read twice would count its code objects twice
         const follower = followers.get(pid);
-        const v8Log = follower !== undefined && follower.updatePaths(paths) ? follower.log : readV8Logs(paths);
+        const known = follower !== undefined && follower.follows(paths);
+        if (known) follower.updatePaths(paths);
+        const v8Log = known ? follower.log : readV8Logs(paths);
         return { v8Log, v8LogFrom: perfMapBytes };
       } catch {
         return {};

@@ -28,7 +28,7 @@
  * Verified on Node 20 (V8 11.3): `leak` inlined into `caller`'s TurboFan code reads
  * `F1O53I0` … `S0x…7398`, the SFI of `code-creation,JS,10,…,leak /tmp/inl.cjs:2:14,0x…7398,~`.
  */
-import { closeSync, fstatSync, openSync, readdirSync, readFileSync, readlinkSync, readSync } from 'node:fs';
+import { type BigIntStats, closeSync, fstatSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 
 import { parsePerfName } from './perfmap.js';
@@ -317,6 +317,8 @@ export type LogStarts = Readonly<Record<string, number>>;
 
 const CHUNK = 16 << 20; // bytes read at a time: a first read of a long-running process's log is bounded
 
+const fileKey = (stat: BigIntStats): string => `${stat.dev}:${stat.ino}`;
+
 /**
  * V8's logs read as they grow, into one index kept across calls: each call reads what V8
  * appended to each log since the last, up to its last complete line. A log is append-only
@@ -361,19 +363,30 @@ export class V8LogFollower {
     return known;
   }
 
+  /** Whether every log at `paths` is a file already followed (nothing is read). */
+  follows(paths: readonly string[]): boolean {
+    return paths.every((path) => {
+      try {
+        return this.files.has(fileKey(statSync(path, { bigint: true })));
+      } catch {
+        return false;
+      }
+    });
+  }
+
   /** Whether the file was followed before this call. */
   private follow(path: string, byFile: boolean): boolean {
     const fd = openSync(path, 'r');
     try {
-      const stat = fstatSync(fd);
-      const key = byFile ? `${stat.dev}:${stat.ino}` : path;
+      const stat = fstatSync(fd, { bigint: true });
+      const key = byFile ? fileKey(stat) : path;
       let f = this.files.get(key);
       const known = f !== undefined;
       if (!f) {
         f = { read: this.starts[path] ?? 0, state: newLogState(), skipLine: false };
         this.files.set(key, f);
       }
-      const size = stat.size;
+      const size = Number(stat.size);
       if (size < f.read) {
         f.read = 0; // replaced: its records so far are of another log
         f.state = newLogState();

@@ -178,7 +178,8 @@ test('the log read as it grows: parts split mid-line read as the whole; from a r
 
 // run's reader (src/run/post.ts followCodeLogs): a child's log followed by path while it runs,
 // then moved into the run's folder (a rename: the same file) goes on from where it was, reading
-// nothing twice; a file it never saw (a copy) is reported, so that the caller reads afresh.
+// nothing twice; a file it never saw (a copy) is told before anything is read, so that the
+// caller reads afresh.
 test('the log followed by file: a renamed log goes on where it was; a copy is a file never seen', () => {
   const dir = tempDir('mpp-follow-paths-');
   const path = join(dir, 'isolate-0x1234-99-v8.log');
@@ -194,8 +195,11 @@ test('the log followed by file: a renamed log goes on where it was; a copy is a 
   assert.equal(follower.log.codeObjects, whole.codeObjects, 'nothing read twice, nothing missed');
   assert.equal(follower.log.withInlining, 2);
   assert.deepEqual(follower.log.inlinedAt(0x7f0000002000, 512, 'hot /app/inl.js:7:13', 0x7f0000002000 + 101, 0).map((f) => f.name), ['leaf', 'mid']);
+  assert.equal(follower.follows([moved]), true);
   const copy = join(dir, 'v8log.99.1.log');
   copyFileSync(moved, copy);
+  assert.equal(follower.follows([moved, copy]), false, 'a copy is another file, told before anything is read');
+  assert.equal(follower.log.codeObjects, whole.codeObjects, 'follows() read nothing');
   assert.equal(follower.updatePaths([copy]), false, 'a copy is another file');
   assert.equal(follower.updatePaths([join(dir, 'absent.log')]), false, 'an unreadable path');
 });
