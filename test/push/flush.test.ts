@@ -46,11 +46,14 @@ interface Outcome {
   stderr: string;
 }
 
-/** A process whose only work is pushTo, one `await`, and a line after it. */
+/** A process whose only work is pushTo, one `await`, and a line after it. Its retries back off
+ * from 1 s (jittered to 0.5-1x): the five tries before a profile is given up take at least 7.5 s,
+ * so no deadline here ends by the window being given up (at 200 ms, four jittered delays could
+ * sum to 1.5 s, and a 2 s flush once resolved early, not timed out). */
 function pushProcess(port: number, call: string, env: Record<string, string> = {}): Promise<Outcome> {
   const script = `
     import { pushTo } from ${JSON.stringify(index)};
-    const p = pushTo({ url: 'http://127.0.0.1:${port}/', appName: 'app', intervalSeconds: 60, retry: { initialDelayMs: 200 } });
+    const p = pushTo({ url: 'http://127.0.0.1:${port}/', appName: 'app', intervalSeconds: 60, retry: { initialDelayMs: 1000 } });
     const t0 = Date.now();
     const r = await p.${call};
     console.log(JSON.stringify({ ms: Date.now() - t0, ...r }));
