@@ -77,10 +77,23 @@ function install(addon: Addon, runDir: string): void {
   const collect = process.env.MIMALLOC_PPROF_NO_GC !== '1';
   const jsHeap = startJsHeap(addon);
   let done = false;
+  // V8's sampling profile, read with this thread's allocations left out of the native profile
+  // (the read's own are not the program's)
+  const readJsHeap = jsHeap
+    ? () => {
+        const excluded = addon.excludeThread(true);
+        try {
+          return jsHeap();
+        } finally {
+          addon.excludeThread(excluded);
+        }
+      }
+    : undefined;
   const dump = () => {
     if (done) return;
     done = true;
     try {
+      let js: unknown;
       if (collect) {
         // what the collection frees is said at the end of the run (memory that only
         // unreachable objects held: a script's module scope once it has ended, too)
@@ -90,9 +103,13 @@ function install(addon: Addon, runDir: string): void {
         // one: V8 frees the backing stores of dead ArrayBuffers (Buffers) on a background
         // sweeper after a collection, and the next collection of either kind first waits for
         // that sweep to finish (Node 20-26: the same bytes freed as by a second full one,
-        // which took 200 ms of tsc's exit where a minor one takes a few)
+        // which took 200 ms of tsc's exit where a minor one takes a few). Reading V8's
+        // sampling profile starts with a full collection of its own (the inspector asks for
+        // it, kSamplingForceGC), so with the JavaScript heap on that read is the full one: a
+        // second would cost as much again (150 ms of tsc's exit) and free nothing more.
         const gc = fullGc();
-        gc?.();
+        if (readJsHeap) js = readJsHeap();
+        if (js === undefined) gc?.();
         gc?.({ type: 'minor' });
         if (gc) {
           const freed = { nativeBefore, nativeAfter: addon.stats().estimatedLiveBytes, jsBefore, jsAfter: process.memoryUsage().heapUsed };
@@ -130,9 +147,8 @@ function install(addon: Addon, runDir: string): void {
       } catch {
         // /proc unreadable: the profile goes without its breakdown
       }
-      // after the native dump: reading V8's sampling profile collects garbage (--no-gc's
-      // native profile must not see that), and its own allocations are not the program's
-      const js = jsHeap?.();
+      // --no-gc: after the native dump, which must not see the collection the read starts with
+      if (!collect) js = readJsHeap?.();
       if (js !== undefined) writeFileSync(join(runDir, `jsheap.${process.pid}.json`), JSON.stringify(js));
       addon.stop();
     } catch (e) {
