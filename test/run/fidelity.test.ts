@@ -356,6 +356,14 @@ describe('the exit profile of a Node process shows what is retained', () => {
     assert.equal(dropped, 0);
   });
 
+  // with the JavaScript heap on, the collection is the one V8's sampling-profile read starts
+  // with (src/node/exit-hook.cts); without it, the hook's own
+  test('the same with --no-js-heap (the exit hook collects by itself)', () => {
+    const { held, dropped } = profileOf(['--no-js-heap']);
+    assert.ok(held >= 6 << 20, `kept: ${held}`);
+    assert.equal(dropped, 0);
+  });
+
   test('positive control: --no-gc shows the dropped Buffer too', () => {
     const { held, dropped } = profileOf(['--no-gc']);
     assert.ok(held >= 6 << 20, `kept: ${held}`);
