@@ -47,7 +47,17 @@ test('retainObjects (JavaScript heap) and retainBuffers (native) in one profile,
   assert.ok(Math.abs(buffers / r.truth.bufferBytes - 1) <= 0.15, `retainBuffers: ${buffers} against ${r.truth.bufferBytes}`);
   // every sample has one heap label; the objects are not native memory, the Buffers not JS heap
   assert.deepEqual([...new Set(r.samples.map(r.heapOf))].sort(), ['js', 'native']);
-  assert.ok(r.under('retainObjects', 'native') < 0.05 * objects, 'retainObjects holds next to no native memory');
+  // Native memory under retainObjects is V8's own bookkeeping of the heap pages the objects
+  // fill: from Node 22 a page's metadata is malloc'd (MemoryAllocator::AllocatePage, about
+  // 9 KiB a 256 KiB page: 2.3-3.0 MB of these ~70 MB, 3.5-4.3 %, so the old bound of 5 % on
+  // all of it failed when V8 had committed more pages). That is real native memory, shown as
+  // such; what must stay near zero is everything else
+  const pageBookkeeping = (s: DecodedSample) => s.names.some((n) => /MemoryAllocator::AllocatePage|PageMetadata::/.test(n));
+  const nativeUnder = r.samples.filter((s) => s.names.includes('retainObjects') && r.heapOf(s) === 'native');
+  const bookkeeping = nativeUnder.filter(pageBookkeeping).reduce((a, s) => a + s.inuse, 0);
+  const other = nativeUnder.filter((s) => !pageBookkeeping(s)).reduce((a, s) => a + s.inuse, 0);
+  t.diagnostic(`native under retainObjects: V8's page bookkeeping ${(bookkeeping / 1e6).toFixed(2)} MB, other ${(other / 1e6).toFixed(2)} MB`);
+  assert.ok(other < 0.05 * objects, `retainObjects holds next to no native memory beyond V8's page bookkeeping: ${other}`);
   assert.ok(r.under('retainBuffers', 'js') < 0.05 * buffers, 'retainBuffers holds next to no JavaScript heap beyond the Buffer objects');
   assert.ok(r.comments.some((c) => c.startsWith("heap=js: V8's sampling heap profiler at interval=65536")), r.comments.join('\n'));
   assert.match(r.stderr, /JavaScript functions with memory \(native and JavaScript heap\) in use beneath them/);
