@@ -77,13 +77,20 @@ function install(addon: Addon, runDir: string): void {
   const collect = process.env.MIMALLOC_PPROF_NO_GC !== '1';
   const jsHeap = startJsHeap(addon);
   let done = false;
-  // V8's sampling profile, read with this thread's allocations left out of the native profile
-  // (the read's own are not the program's)
-  const readJsHeap = jsHeap
+  // V8's sampling profile, read and written with this thread's allocations left out of the
+  // native profile (they are not the program's); nothing of it is kept, so that the minor
+  // collection after it frees what it made before the JavaScript heap is measured. True when
+  // written.
+  const writeJsHeap = jsHeap
     ? () => {
         const excluded = addon.excludeThread(true);
         try {
-          return jsHeap();
+          const js = jsHeap();
+          if (js === undefined) return false;
+          writeFileSync(join(runDir, `jsheap.${process.pid}.json`), JSON.stringify(js));
+          return true;
+        } catch {
+          return false; // the native profile goes on without it
         } finally {
           addon.excludeThread(excluded);
         }
@@ -93,7 +100,6 @@ function install(addon: Addon, runDir: string): void {
     if (done) return;
     done = true;
     try {
-      let js: unknown;
       if (collect) {
         // what the collection frees is said at the end of the run (memory that only
         // unreachable objects held: a script's module scope once it has ended, too)
@@ -108,8 +114,7 @@ function install(addon: Addon, runDir: string): void {
         // it, kSamplingForceGC), so with the JavaScript heap on that read is the full one: a
         // second would cost as much again (150 ms of tsc's exit) and free nothing more.
         const gc = fullGc();
-        if (readJsHeap) js = readJsHeap();
-        if (js === undefined) gc?.();
+        if (!writeJsHeap?.()) gc?.();
         gc?.({ type: 'minor' });
         if (gc) {
           const freed = { nativeBefore, nativeAfter: addon.stats().estimatedLiveBytes, jsBefore, jsAfter: process.memoryUsage().heapUsed };
@@ -148,8 +153,7 @@ function install(addon: Addon, runDir: string): void {
         // /proc unreadable: the profile goes without its breakdown
       }
       // --no-gc: after the native dump, which must not see the collection the read starts with
-      if (!collect) js = readJsHeap?.();
-      if (js !== undefined) writeFileSync(join(runDir, `jsheap.${process.pid}.json`), JSON.stringify(js));
+      if (!collect) writeJsHeap?.();
       addon.stop();
     } catch (e) {
       process.stderr.write(`mimalloc-pprof: ${(e as Error).message}\n`);
