@@ -79,12 +79,15 @@ function install(addon: Addon, runDir: string): void {
   let done = false;
   // V8's sampling profile, read and written with this thread's allocations left out of the
   // native profile (they are not the program's); nothing of it is kept, so that the minor
-  // collection after it frees what it made before the JavaScript heap is measured. True when
-  // written.
+  // collection after it frees what it made before the JavaScript heap is measured (all but
+  // strings of more than V8's regular object size, which only a full collection frees: the
+  // inspector's message and the file's text, so the JavaScript heap freed before the dump is
+  // under-stated by about twice the file's size, kilobytes to a few MB). True when written.
   const writeJsHeap = jsHeap
     ? () => {
-        const excluded = addon.excludeThread(true);
+        let excluded: boolean | undefined;
         try {
+          excluded = addon.excludeThread(true);
           const js = jsHeap();
           if (js === undefined) return false;
           writeFileSync(join(runDir, `jsheap.${process.pid}.json`), JSON.stringify(js));
@@ -92,7 +95,7 @@ function install(addon: Addon, runDir: string): void {
         } catch {
           return false; // the native profile goes on without it
         } finally {
-          addon.excludeThread(excluded);
+          if (excluded !== undefined) addon.excludeThread(excluded);
         }
       }
     : undefined;
