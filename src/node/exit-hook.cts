@@ -79,10 +79,9 @@ function install(addon: Addon, runDir: string): void {
   let done = false;
   // V8's sampling profile, read and written with this thread's allocations left out of the
   // native profile (they are not the program's); nothing of it is kept, so that the minor
-  // collection after it frees what it made before the JavaScript heap is measured (all but
-  // strings of more than V8's regular object size, which only a full collection frees: the
-  // inspector's message and the file's text, so the JavaScript heap freed before the dump is
-  // under-stated by about twice the file's size, kilobytes to a few MB). True when written.
+  // collection after it frees what it made before the JavaScript heap is measured (a 520 KB
+  // profile left 20-50 KB that only a full collection frees, Node 20-26: the JavaScript heap
+  // said to be freed before the dump is that much under). True when written.
   const writeJsHeap = jsHeap
     ? () => {
         let excluded: boolean | undefined;
