@@ -49,6 +49,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -449,10 +450,37 @@ static bool duplicate(int sig, const siginfo_t* info) {
  * Invariants: a signal with an entry in `held` or a bit in mp_held_signals is blocked on this
  * thread; entries are appended only while a lock is held, and taken only when none is. */
 #define HELD_MAX 4 /* kept in order; a further one is queued to the kernel at once */
+/* Of a held siginfo, its head and union: the kernel clears a siginfo before it fills it, and
+ * the largest members of the union (a fault's address with its bounds, a child's times) end
+ * at byte 48 on x86-64 and arm64, so these bytes are all of it. A siginfo with anything beyond them (only a
+ * program's own rt_sigqueueinfo can write there) is queued to the kernel at once, as one past
+ * HELD_MAX. Why not the whole siginfo_t: this block is static TLS, which glibc takes from each
+ * thread's stack, and four whole ones (520 bytes) were enough to overflow a 16 KiB stack that
+ * the program had filled to within 1 KiB of its end, which it survives without this library
+ * (core-round2 repro n1, profiler off, use=7). */
+#define HELD_INFO_BYTES 48
+_Static_assert(offsetof(siginfo_t, si_signo) == 0 && sizeof(siginfo_t) >= HELD_INFO_BYTES, "a held siginfo is its first bytes");
+_Static_assert(offsetof(siginfo_t, si_stime) + sizeof(((siginfo_t*)0)->si_stime) <= HELD_INFO_BYTES &&
+                   offsetof(siginfo_t, si_value) + sizeof(union sigval) <= HELD_INFO_BYTES,
+               "a child's times and a queued value are within the bytes kept");
 static __thread struct {
   unsigned n;
-  siginfo_t info[HELD_MAX];
+  unsigned char info[HELD_MAX][HELD_INFO_BYTES];
 } held __attribute__((tls_model("initial-exec")));
+
+/* Whether `info` is whole in its first HELD_INFO_BYTES. */
+static bool fits_held(const siginfo_t* info) {
+  const unsigned char* b = (const unsigned char*)info;
+  for (size_t i = HELD_INFO_BYTES; i < sizeof(siginfo_t); i++)
+    if (b[i] != 0) return false;
+  return true;
+}
+
+static int held_signo(unsigned k) {
+  int sig;
+  memcpy(&sig, held.info[k], sizeof(sig));
+  return sig;
+}
 /* Instances of a held signal that the kernel queued while it was blocked, taken back to be put
  * behind it: at most this many (a buffer mapped for the release, so that no thread carries it). */
 #define LATER_MAX 1024
@@ -489,11 +517,11 @@ static bool hold_back(int sig, const siginfo_t* info, void* context) {
   block_here(sig_bit(sig));
   sigaddset(&((ucontext_t*)context)->uc_sigmask, sig);
   unsigned k = held.n;
-  if (k < HELD_MAX) {
+  if (k < HELD_MAX && fits_held(info)) {
     held.n = k + 1; /* reserved before it is filled: a signal in between takes the next */
     atomic_signal_fence(memory_order_seq_cst);
-    held.info[k] = *info;
-    held.info[k].si_signo = sig;
+    memcpy(held.info[k], info, HELD_INFO_BYTES);
+    memcpy(held.info[k], &sig, sizeof(sig)); /* si_signo */
   } else {
     siginfo_t again = *info;
     again.si_signo = sig;
@@ -513,12 +541,14 @@ static bool hold_back(int sig, const siginfo_t* info, void* context) {
 /* Delivers the oldest held signal and the instances of it that came since, in order. Its
  * signal is blocked on entry; unblocked on return unless another held entry still needs it. */
 static void deliver_oldest(void) {
-  siginfo_t first = held.info[0];
+  siginfo_t first;
+  memset(&first, 0, sizeof(first));
+  memcpy(&first, held.info[0], HELD_INFO_BYTES);
   int sig = first.si_signo;
-  for (unsigned i = 1; i < held.n; i++) held.info[i - 1] = held.info[i];
+  for (unsigned i = 1; i < held.n; i++) memcpy(held.info[i - 1], held.info[i], HELD_INFO_BYTES);
   held.n--;
   bool more = false;
-  for (unsigned i = 0; i < held.n; i++) more |= held.info[i].si_signo == sig;
+  for (unsigned i = 0; i < held.n; i++) more |= held_signo(i) == sig;
   if (more) { /* the next entry of this signal follows it, still blocked */
     (void)queue_here(&first);
     return;

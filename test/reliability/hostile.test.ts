@@ -16,10 +16,12 @@
  * objects' files did) for the first and last two, 8 KiB of scratch on the stack
  * (MP_TEST_STACK_HOG=1: what the walk's buffers were) for the stack cases. */
 import assert from 'node:assert/strict';
+import { basename, join } from 'node:path';
 import { test } from 'node:test';
 
 import { mimallocLabel } from '../mimalloc.js';
-import { buildTestHooks, cFixture, KV, productionDir, runUnder, type GateRun } from './util.js';
+import { runTarget } from '../helpers.js';
+import { buildTestHooks, cFixture, KV, plainFixture, productionDir, runUnder, type GateRun } from './util.js';
 
 const TIMEOUT_MS = 30_000;
 /** The program alone (the library loaded, the profiler off), then profiling. */
@@ -91,6 +93,38 @@ test(`a sampled malloc uses at most 1 KiB more stack than with the profiler off 
   const added = on.kv.num('sampled_stack') - off.kv.num('sampled_stack');
   t.diagnostic(`1 MiB malloc: ${on.kv.num('sampled_stack')} bytes sampled, ${off.kv.num('sampled_stack')} with the profiler off (+${added})`);
   assert.ok(added <= 1024, `a sample adds ${added} bytes of stack`);
+});
+
+/** Static TLS (every loaded object's, glibc and musl alike) is carved from each thread's stack
+ * allocation: a preloaded library takes it from every thread, profiling or not. A budget of
+ * 512 bytes: the core-round2 review's n1 program (a PTHREAD_STACK_MIN thread filled to within
+ * 1 KiB, then a lazily bound malloc) survived without the library and died with it when the
+ * library's TLS was 732 bytes (four whole siginfo_t held for signals, signals.c); it survives at
+ * 476. */
+const TLS_ROOM_BUDGET = 512;
+/** The debug pass (scripts/run-tests.mjs) runs these gates on build/debug, whose lock records
+ * (util.c, MP_DEBUG_ON) are 772 more bytes of TLS: the budget is the production build's. */
+const DEBUG_BUILD = basename(productionDir) === 'debug' && 'the debug build keeps its lock records in TLS: the budget is the production build\'s';
+
+function stackRoom(preload?: string): number {
+  const r = runTarget(plainFixture('stack-room'), [], preload ? { LD_PRELOAD: preload } : {}, TIMEOUT_MS);
+  assert.equal(r.status, 0, `stack-room${preload ? ` under ${preload}` : ''}: status ${r.status}\n${r.stderr}`);
+  return new KV(r.stdout).num('room');
+}
+
+test(`a new thread's stack keeps all but ${TLS_ROOM_BUDGET} bytes of its room with the library loaded (${mimallocLabel})`, { skip: DEBUG_BUILD }, (t) => {
+  const lib = join(productionDir, 'libmimalloc-pprof.so');
+  const alone = stackRoom();
+  const loaded = stackRoom(lib);
+  t.diagnostic(`PTHREAD_STACK_MIN thread: ${alone} bytes of room alone, ${loaded} with the library (−${alone - loaded})`);
+  assert.ok(alone - loaded <= TLS_ROOM_BUDGET, `the library takes ${alone - loaded} bytes of every thread's stack`);
+});
+
+test('positive control: a ballast library preloaded beside it, 768 more bytes of static TLS, exceeds the budget', { skip: DEBUG_BUILD }, (t) => {
+  const alone = stackRoom();
+  const ballast = stackRoom(`${join(productionDir, 'libmimalloc-pprof.so')} ${plainFixture('tls-ballast', true)}`);
+  t.diagnostic(`with the ballast: −${alone - ballast}`);
+  assert.ok(alone - ballast > TLS_ROOM_BUDGET);
 });
 
 test('positive control: 8 KiB of scratch on the stack (MP_TEST_STACK_HOG=1) fails all three stack cases', () => {

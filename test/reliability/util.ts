@@ -43,6 +43,18 @@ export function cFixture(name: string, libDir = productionDir): string {
   return out;
 }
 
+/** test/reliability/fixtures/NAME.c compiled for the target without this library (a program
+ * to preload it into, or with `shared`, a library of its own). */
+export function plainFixture(name: string, shared = false): string {
+  const src = join(fixturesDir, `${name}.c`);
+  const out = join(outDir, shared ? `lib${name}.so` : name);
+  mkdirSync(outDir, { recursive: true });
+  if (existsSync(out) && statSync(out).mtimeMs >= statSync(src).mtimeMs) return out;
+  const r = spawnSync(targetCC, ['-std=gnu11', '-O1', '-Wall', '-Werror', ...(shared ? ['-shared', '-fPIC'] : []), src, '-o', out, '-lpthread'], { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`building ${name} failed:\n${r.stderr}`);
+  return out;
+}
+
 export interface GateRun extends Run {
   timedOut: boolean;
 }
