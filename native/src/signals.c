@@ -451,14 +451,14 @@ static bool duplicate(int sig, const siginfo_t* info) {
  * thread; entries are appended only while a lock is held, and taken only when none is. */
 #define HELD_MAX 4 /* kept in order; a further one is queued to the kernel at once */
 /* Of a held siginfo, its head and union: the largest members of the union (a fault's address
- * with its bounds, a child's times) end at byte 48 on x86-64 and arm64, and since Linux 4.20
- * the kernel keeps 48 bytes of a siginfo and zeroes the rest of what it writes to the program,
- * so these bytes are all of it. A siginfo with anything beyond them (an older kernel may leave
- * stack bytes there) is queued to the kernel at once, as one past HELD_MAX: delivered, only
- * less strictly in order. Why not the whole siginfo_t: this block is static TLS, which glibc
- * takes from each thread's stack, and four whole ones (520 bytes) were enough to overflow a
- * 16 KiB stack that the program had filled to within 1 KiB of its end, which it survives
- * without this library (core-round2 repro n1, profiler off, use=7). */
+ * with its bounds, a child's times) end at byte 48 on x86-64 and arm64, and the rest is
+ * padding that carries nothing (since Linux 4.20 the kernel keeps 48 bytes of a siginfo and
+ * zeroes the rest of what it writes; an older kernel, or qemu-user, may leave stack bytes
+ * there), so these bytes are all of it, and a held signal is queued again with the rest zero.
+ * Why not the whole siginfo_t: this block is static TLS, which glibc takes from each thread's
+ * stack, and four whole ones (520 bytes) were enough to overflow a 16 KiB stack that the
+ * program had filled to within 1 KiB of its end, which it survives without this library
+ * (core-round2 repro n1, profiler off, use=7). */
 #define HELD_INFO_BYTES 48
 _Static_assert(offsetof(siginfo_t, si_signo) == 0 && sizeof(siginfo_t) >= HELD_INFO_BYTES, "a held siginfo is its first bytes");
 _Static_assert(offsetof(siginfo_t, si_stime) + sizeof(((siginfo_t*)0)->si_stime) <= HELD_INFO_BYTES &&
@@ -468,14 +468,6 @@ static __thread struct {
   unsigned n;
   unsigned char info[HELD_MAX][HELD_INFO_BYTES];
 } held __attribute__((tls_model("initial-exec")));
-
-/* Whether `info` is whole in its first HELD_INFO_BYTES. */
-static bool fits_held(const siginfo_t* info) {
-  const unsigned char* b = (const unsigned char*)info;
-  for (size_t i = HELD_INFO_BYTES; i < sizeof(siginfo_t); i++)
-    if (b[i] != 0) return false;
-  return true;
-}
 
 static int held_signo(unsigned k) {
   int sig;
@@ -518,11 +510,8 @@ static bool hold_back(int sig, const siginfo_t* info, void* context) {
   block_here(sig_bit(sig));
   sigaddset(&((ucontext_t*)context)->uc_sigmask, sig);
   /* the slot is reserved in one step, before it is filled: a signal in between takes the next */
-  unsigned k = HELD_MAX;
-  if (fits_held(info)) {
-    k = __atomic_fetch_add(&held.n, 1u, __ATOMIC_RELAXED);
-    if (k >= HELD_MAX) __atomic_fetch_sub(&held.n, 1u, __ATOMIC_RELAXED);
-  }
+  unsigned k = __atomic_fetch_add(&held.n, 1u, __ATOMIC_RELAXED);
+  if (k >= HELD_MAX) __atomic_fetch_sub(&held.n, 1u, __ATOMIC_RELAXED);
   if (k < HELD_MAX) {
     atomic_signal_fence(memory_order_seq_cst);
     memcpy(held.info[k], info, HELD_INFO_BYTES);
