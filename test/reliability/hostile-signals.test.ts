@@ -15,32 +15,22 @@
  *    while a profiler lock is held. Control: MP_TEST_NO_SIGNAL_HOLD=1 (handlers run at once) loses one or the other. */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, statSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 
 import { test } from 'node:test';
 
-import { targetArgv } from '../helpers.js';
-import { mimallocVersion, targetCC, testBuildRoot } from '../mimalloc.js';
-import { buildTestHooks, ending, fastTempDir, fixturesDir, KV, productionDir, runUnder, type GateRun } from './util.js';
+import { root, targetArgv } from '../helpers.js';
+import { mimallocVersion } from '../mimalloc.js';
+import { buildTestHooks, ending, fastTempDir, KV, plainFixture as plainFixture_, productionDir, runUnder, type GateRun } from './util.js';
 
 const TIMEOUT_MS = 30_000; // every run; the jumps take about 4 ms of CPU each (the tick)
 const JUMPS = 1000;
 const KEPT_AFTER = 1000; // the fixture's live 4 KiB blocks after the jumps
 
 /** fixtures/hostile-signals.c, built without the library (libdl only). */
-function plainFixture(): string {
-  const src = join(fixturesDir, 'hostile-signals.c');
-  const dir = join(testBuildRoot, 'test', 'reliability');
-  const out = join(dir, 'hostile-signals-plain');
-  mkdirSync(dir, { recursive: true });
-  if (existsSync(out) && statSync(out).mtimeMs >= statSync(src).mtimeMs) return out;
-  const r = spawnSync(targetCC, ['-std=gnu11', '-g', '-O1', '-fno-omit-frame-pointer', '-Wall', '-Werror', '-I', join(fixturesDir, '..', '..', '..', 'native', 'include'), src, '-o', out, '-ldl'], {
-    encoding: 'utf8',
-  });
-  if (r.status !== 0) throw new Error(`building hostile-signals failed:\n${r.stderr}`);
-  return out;
-}
+/** The fixture built without the library, for glibc alone and for preloading. */
+const plainFixture = () => plainFixture_('hostile-signals', { flags: ['-g', '-fno-omit-frame-pointer', '-I', join(root, 'native', 'include'), '-ldl'] });
 
 /** The fixture on glibc alone (no preload at all). */
 function runPlain(args: string[]): GateRun {

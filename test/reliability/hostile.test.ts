@@ -122,7 +122,7 @@ test(`a new thread's stack keeps all but ${TLS_ROOM_BUDGET} bytes of its room wi
 
 test('positive control: a ballast library preloaded beside it, 768 more bytes of static TLS, exceeds the budget', { skip: DEBUG_BUILD }, (t) => {
   const alone = stackRoom();
-  const ballast = stackRoom(`${join(productionDir, 'libmimalloc-pprof.so')} ${plainFixture('tls-ballast', true)}`);
+  const ballast = stackRoom(`${join(productionDir, 'libmimalloc-pprof.so')} ${plainFixture('tls-ballast', { shared: true })}`);
   t.diagnostic(`with the ballast: −${alone - ballast}`);
   assert.ok(alone - ballast > TLS_ROOM_BUDGET);
 });

@@ -44,13 +44,14 @@ export function cFixture(name: string, libDir = productionDir): string {
 }
 
 /** test/reliability/fixtures/NAME.c compiled for the target without this library (a program
- * to preload it into, or with `shared`, a library of its own). */
-export function plainFixture(name: string, shared = false): string {
+ * to preload it into, or with `shared`, a library of its own), with `flags` added. */
+export function plainFixture(name: string, options: { shared?: boolean; flags?: string[] } = {}): string {
   const src = join(fixturesDir, `${name}.c`);
-  const out = join(outDir, shared ? `lib${name}.so` : name);
+  const out = join(outDir, options.shared ? `lib${name}.so` : `${name}-plain`);
   mkdirSync(outDir, { recursive: true });
   if (existsSync(out) && statSync(out).mtimeMs >= statSync(src).mtimeMs) return out;
-  const r = spawnSync(targetCC, ['-std=gnu11', '-O1', '-Wall', '-Werror', ...(shared ? ['-shared', '-fPIC'] : []), src, '-o', out, '-lpthread'], { encoding: 'utf8' });
+  const shared = options.shared ? ['-shared', '-fPIC'] : [];
+  const r = spawnSync(targetCC, ['-std=gnu11', '-O1', '-Wall', '-Werror', ...shared, src, '-o', out, '-lpthread', ...(options.flags ?? [])], { encoding: 'utf8' });
   if (r.status !== 0) throw new Error(`building ${name} failed:\n${r.stderr}`);
   return out;
 }
