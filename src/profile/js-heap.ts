@@ -121,17 +121,33 @@ export function mergeJsHeap(profile: Profile, js: V8SamplingHeapProfile, interva
   const raw = process.env.MIMALLOC_PPROF_TEST_JS_HEAP_RAW === '1';
   const byId = new Map(profile.function.map((f) => [Number(f.id), f]));
   const locById = new Map(profile.location.map((l) => [Number(l.id), l]));
-  const jsFunctions = [...functions.values()];
+  // by name: a frame to resolve looks among its namesakes only (tsc: thousands of each)
+  const jsByName = new Map<string, ProfileFunction[]>();
+  for (const f of functions.values()) {
+    const name = str(f.name);
+    (jsByName.get(name) ?? jsByName.set(name, []).get(name)!).push(f);
+  }
+  // each function id's JavaScript function, one per name, file and line (the native side has
+  // one per tier of code), or null: worked out once per function, not once per frame
+  const canonical = new Map<number, ProfileFunction | null>();
+  for (const [id, any] of byId) {
+    canonical.set(id, isJavaScriptName(str(any.systemName)) ? (functions.get(key(str(any.name), str(any.filename), Number(any.startLine))) ?? any) : null);
+  }
+  // the JavaScript functions of each location, outermost first
+  const jsOfLocation = new Map<number, ProfileFunction[]>();
+  for (const [id, loc] of locById) {
+    const fs: ProfileFunction[] = [];
+    for (let j = loc.line.length - 1; j >= 0; j--) {
+      const f = canonical.get(Number(loc.line[j]!.functionId));
+      if (f) fs.push(f);
+    }
+    jsOfLocation.set(id, fs);
+  }
   const callees = new Map<ProfileFunction, Set<ProfileFunction>>();
   for (const smp of profile.sample) {
     let caller: ProfileFunction | undefined;
     for (let i = smp.locationId.length - 1; i >= 0; i--) {
-      const loc = locById.get(Number(smp.locationId[i]));
-      for (let j = (loc?.line.length ?? 0) - 1; j >= 0; j--) {
-        const any = byId.get(Number(loc!.line[j]!.functionId));
-        if (!any || !isJavaScriptName(str(any.systemName))) continue;
-        // one function per name, file and line (the native side has one per tier of code)
-        const f = functions.get(key(str(any.name), str(any.filename), Number(any.startLine))) ?? any;
+      for (const f of jsOfLocation.get(Number(smp.locationId[i])) ?? []) {
         if (caller && caller !== f) (callees.get(caller) ?? callees.set(caller, new Set()).get(caller)!).add(f);
         caller = f;
       }
@@ -149,12 +165,8 @@ export function mergeJsHeap(profile: Profile, js: V8SamplingHeapProfile, interva
   const resolve = (node: V8SamplingHeapNode, parent: ProfileFunction | undefined): ProfileFunction | undefined => {
     const cf = node.callFrame;
     const file = cf.scriptId ? fileOfScript.get(cf.scriptId) : undefined;
-    let c = jsFunctions.filter(
-      (f) =>
-        (cf.functionName ? str(f.name) === cf.functionName : ['(top level)', '(anonymous)'].includes(str(f.name))) &&
-        (file === undefined || str(f.filename) === file) &&
-        !isOwnScript(str(f.filename)),
-    );
+    const named = cf.functionName ? (jsByName.get(cf.functionName) ?? []) : [...(jsByName.get('(top level)') ?? []), ...(jsByName.get('(anonymous)') ?? [])];
+    let c = named.filter((f) => (file === undefined || str(f.filename) === file) && !isOwnScript(str(f.filename)));
     if (c.length > 1 && parent) {
       const next = c.filter((f) => callees.get(parent)?.has(f));
       if (next.length > 0) c = next;

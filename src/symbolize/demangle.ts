@@ -16,7 +16,7 @@
  * The WASM engine returns the input minus its leading `_` when nothing matched (a Mach-O
  * convention): that result is treated as a failure, so `_start` stays `_start`.
  */
-import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -40,7 +40,7 @@ export function demangle(name: string): string {
   if (known !== undefined) return known;
   const out = demangleUncached(name, c);
   memo.set(name, out);
-  fresh++;
+  if (persistent) fresh.push([name, out]);
   return out;
 }
 
@@ -50,11 +50,23 @@ export function demangle(name: string): string {
 // small program. Kept beside the symbol cache (MIMALLOC_PPROF_CACHE_DIR, else
 // $XDG_CACHE_HOME/mimalloc-pprof, else ~/.cache/mimalloc-pprof; 'off': none) by
 // saveDemangled(), which run calls once it has named its profiles.
+//
+// The file is a header line, then one `mangled<TAB>demangled` line per name, and grows by
+// appends: a save writes only the names new to this process, in one write(2) to a file opened
+// O_APPEND, so runs that end together cannot interleave their lines. (V8's C++ names average
+// ~500 bytes: rewriting the whole file took ~90 ms of naming tsc, where the new names are a
+// few KB.) A line is used only whole: one tab, then its newline; a mangled name never holds a
+// tab, and names that would are not kept, so a write cut short (a full disk) that the next one
+// continued makes a line of two tabs, which is skipped. Past DEMANGLED_MAX_BYTES the file is
+// started afresh, atomically, with the most recent half.
 
-/** Entries kept on disk at most (the file is started afresh beyond it). */
-const DEMANGLED_MAX = 50_000;
+const DEMANGLED_HEADER = 'mimalloc-pprof demangled 1\n';
+const DEMANGLED_MAX_BYTES = 8 << 20;
 let memo: Map<string, string> | undefined;
-let fresh = 0;
+/** Names demangled in this process and not yet on disk. */
+let fresh: [string, string][] = [];
+/** The file as read: absent or not this format (written afresh), else its size. */
+let onDisk: { size: number } | undefined;
 let persistent = false;
 
 /** Reads and keeps the names on disk from now on (run's process; elsewhere in memory only). */
@@ -66,7 +78,20 @@ function demangledFile(): string | undefined {
   const env = process.env.MIMALLOC_PPROF_CACHE_DIR;
   if (env === 'off') return undefined;
   const base = env || (process.env.XDG_CACHE_HOME ? join(process.env.XDG_CACHE_HOME, 'mimalloc-pprof') : homedir() ? join(homedir(), '.cache', 'mimalloc-pprof') : '');
-  return base ? join(base, 'demangled.json') : undefined;
+  return base ? join(base, 'demangled.txt') : undefined;
+}
+
+/** Parses the file's lines into `into`; false when it is not this format. */
+export function parseDemangled(text: string, into: Map<string, string>): boolean {
+  if (!text.startsWith(DEMANGLED_HEADER)) return false;
+  for (let at = DEMANGLED_HEADER.length; ; ) {
+    const end = text.indexOf('\n', at);
+    if (end < 0) break; // a last line without its newline: cut short
+    const tab = text.indexOf('\t', at);
+    if (tab > at && tab < end && text.lastIndexOf('\t', end) === tab) into.set(text.slice(at, tab), text.slice(tab + 1, end));
+    at = end + 1;
+  }
+  return true;
 }
 
 function demangled(): Map<string, string> {
@@ -75,26 +100,52 @@ function demangled(): Map<string, string> {
   const file = persistent ? demangledFile() : undefined;
   if (file) {
     try {
-      const entries = JSON.parse(readFileSync(file, 'utf8')) as unknown;
-      if (Array.isArray(entries)) for (const e of entries) if (Array.isArray(e) && typeof e[0] === 'string' && typeof e[1] === 'string') memo.set(e[0], e[1]);
+      const text = readFileSync(file, 'utf8');
+      if (parseDemangled(text, memo)) onDisk = { size: Buffer.byteLength(text) };
     } catch {
-      // none yet, or damaged: demangled afresh
+      // none yet, or unreadable: demangled afresh
     }
   }
   return memo;
 }
 
-/** Writes the names demangled in this process beside those read (when there are new ones). */
+/** Reads the names kept on disk now (run calls it while the program runs), not at the first
+ * name. */
+export function warmDemangled(): void {
+  demangled();
+}
+
+const lineOf = ([mangled, out]: [string, string]): string => (out.includes('\t') || out.includes('\n') ? '' : `${mangled}\t${out}\n`);
+
+/** Adds the names demangled in this process to the file (when there are new ones). */
 export function saveDemangled(): void {
   const file = persistent ? demangledFile() : undefined;
-  if (!file || !memo || fresh === 0) return;
+  if (!file || !memo || fresh.length === 0) return;
   try {
-    const entries = [...memo].slice(-DEMANGLED_MAX);
     mkdirSync(dirname(file), { recursive: true, mode: 0o700 });
-    const tmp = `${file}.${process.pid}.tmp`;
-    writeFileSync(tmp, JSON.stringify(entries), { mode: 0o600 });
-    renameSync(tmp, file);
-    fresh = 0;
+    const added = fresh.map(lineOf).join('');
+    if (onDisk !== undefined && onDisk.size + Buffer.byteLength(added) <= DEMANGLED_MAX_BYTES) {
+      appendFileSync(file, added, { mode: 0o600 });
+      onDisk.size += Buffer.byteLength(added);
+    } else {
+      // absent, another format, or full: the most recent names, up to half the bound
+      const lines: string[] = [];
+      let bytes = DEMANGLED_HEADER.length;
+      const all = [...memo];
+      for (let i = all.length - 1; i >= 0; i--) {
+        const line = lineOf(all[i]!);
+        bytes += Buffer.byteLength(line);
+        if (bytes > DEMANGLED_MAX_BYTES / 2) break;
+        lines.push(line);
+      }
+      const text = DEMANGLED_HEADER + lines.reverse().join('');
+      const tmp = `${file}.${process.pid}.tmp`;
+      writeFileSync(tmp, text, { mode: 0o600 });
+      renameSync(tmp, file);
+      onDisk = { size: Buffer.byteLength(text) };
+      rmSync(join(dirname(file), 'demangled.json'), { force: true }); // the format before this one
+    }
+    fresh = [];
   } catch {
     // demangled again next time
   }

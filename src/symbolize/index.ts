@@ -130,9 +130,12 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
       });
       functions.set(key, f);
       profile.function.push(f);
+      functionById.set(num(f.id), f);
     }
     return f;
   };
+  const functionById = new Map(profile.function.map((f) => [num(f.id), f]));
+  const nameOfFunction = (id: number | bigint) => str(functionById.get(num(id))?.name ?? 0);
   // MIMALLOC_PPROF_TEST_NO_INLINE=1: the tests' control (test/symbolize/inlined.test.ts)
   const v8Log = process.env.MIMALLOC_PPROF_TEST_NO_INLINE === '1' ? undefined : options.v8Log;
   /** The functions the JIT inlined at `address` in `js`'s optimised code, innermost first. */
@@ -154,7 +157,7 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
       new Line({ functionId: functionFor(js.name, js.raw, js.file, js.line).id, line: js.line, column: js.column }),
     ];
   };
-  const jsNames = (lines: Line[]): string[] => lines.map((l) => str(profile.function.find((f) => f.id === l.functionId)?.name ?? 0));
+  const jsNames = (lines: Line[]): string[] => lines.map((l) => nameOfFunction(l.functionId));
   // the preload library's label of when each sample's stack was taken (native/src/jitmap.c)
   const jitKey = profile.stringTable.strings.indexOf('jit_map_bytes');
 
@@ -170,7 +173,7 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
     const address = num(loc.address);
     const mapping = mappings.get(num(loc.mappingId));
     if (loc.line.length > 0) {
-      nameOfLocation.set(num(loc.id), loc.line.map((l) => str(profile.function.find((f) => f.id === l.functionId)?.name ?? 0)));
+      nameOfLocation.set(num(loc.id), loc.line.map((l) => nameOfFunction(l.functionId)));
       continue; // already symbolised
     }
     // the address lies in code of the mapping's file, the one the process had (build ID)

@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
@@ -55,15 +55,15 @@ test('node\'s symbols from the cache name addresses as a fresh read does; a dama
   assert.notDeepEqual(names(dir), fresh);
 });
 
-test('demangled names kept on disk come back as the demangler gives them; control: a wrong entry is used as is', () => {
+test('demangled names kept on disk come back as the demangler gives them, added by appends; a torn line is skipped; control: a wrong entry is used as is', () => {
   const dir = tempDir('mpp-demangle-cache-');
   const demangle = join(root, 'dist', 'src', 'symbolize', 'demangle.js');
   const mangled = ['_ZN4node6Buffer3NewEPN2v87IsolateEm', '_ZNSt6vectorIiSaIiEE9push_backERKi', '_ZN2v88internal4Heap14CollectGarbageENS0_15AllocationSpaceE', '_RNvCs1234_5crate4main', 'malloc'];
-  const run = (persist: boolean) => {
+  const run = (persist: boolean, names = mangled) => {
     const script = `
       import { demangle, persistDemangled, saveDemangled } from ${JSON.stringify(demangle)};
       if (${persist}) persistDemangled();
-      console.log(JSON.stringify(${JSON.stringify(mangled)}.map(demangle)));
+      console.log(JSON.stringify(${JSON.stringify(names)}.map(demangle)));
       saveDemangled();
     `;
     const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', env: { ...process.env, MIMALLOC_PPROF_CACHE_DIR: dir } });
@@ -72,11 +72,23 @@ test('demangled names kept on disk come back as the demangler gives them; contro
   };
   const fresh = run(false);
   assert.equal(fresh[0], 'node::Buffer::New(v8::Isolate*, unsigned long)');
-  assert.deepEqual(run(true), fresh); // fills the file
-  const file = join(dir, 'demangled.json');
+  const file = join(dir, 'demangled.txt');
+  writeFileSync(join(dir, 'demangled.json'), '[]'); // the format before: removed when the file is first written
+  assert.deepEqual(run(true, mangled.slice(0, 3)), fresh.slice(0, 3)); // writes the file
   assert.equal((statSync(file).mode & 0o777).toString(8), '600');
-  assert.deepEqual(run(true), fresh); // from the file
-  const entries = JSON.parse(readFileSync(file, 'utf8')) as [string, string][];
-  writeFileSync(file, JSON.stringify(entries.map(([k, v]) => [k, k === mangled[0] ? 'wrong' : v])));
+  assert.equal(existsSync(join(dir, 'demangled.json')), false);
+  const first = readFileSync(file, 'utf8');
+  assert.deepEqual(run(true), fresh); // three from the file, the others added
+  const second = readFileSync(file, 'utf8');
+  assert.ok(second.startsWith(first) && second.length > first.length, 'the new names appended, the old lines as they were');
+  assert.equal(second.split('\n').filter((l) => l.startsWith('_')).length, 4, 'each mangled name once (malloc is not mangled)');
+  assert.equal(readFileSync(file, 'utf8'), (run(true), second), 'nothing written when every name was known');
+  // a write cut short, continued by the next one: one line with two tabs, skipped
+  const [head, ...lines] = second.split('\n');
+  const torn = [head, lines[0]!.slice(0, -5) + lines[1], ...lines.slice(2)].join('\n');
+  writeFileSync(file, torn);
+  assert.deepEqual(run(true), fresh);
+  // control: a well-formed wrong entry is believed (so the runs above did read the file)
+  writeFileSync(file, second.replace(`${mangled[0]}\t${fresh[0]}\n`, `${mangled[0]}\twrong\n`));
   assert.equal(run(true)[0], 'wrong');
 });
