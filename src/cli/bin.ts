@@ -1,9 +1,29 @@
 #!/usr/bin/env node
+import { mkdirSync } from 'node:fs';
+import * as nodeModule from 'node:module';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+
 // A closed pipe (`… | head`) ends the output, not with a stack trace.
 process.stdout.on('error', (e: NodeJS.ErrnoException) => {
   if (e.code === 'EPIPE') process.exit(process.exitCode ?? 0);
   throw e;
 });
+
+// V8's code cache of the package's own modules, kept beside its other caches (a private folder;
+// MIMALLOC_PPROF_CACHE_DIR=off: none): the CLI compiles its modules once, not in every run
+// (Node 22.1 on; it checks each module's source and compiles afresh when it changed).
+const cacheBase = process.env.MIMALLOC_PPROF_CACHE_DIR || (process.env.XDG_CACHE_HOME ? join(process.env.XDG_CACHE_HOME, 'mimalloc-pprof') : homedir() ? join(homedir(), '.cache', 'mimalloc-pprof') : '');
+const enableCompileCache = (nodeModule as { enableCompileCache?: (dir: string) => unknown }).enableCompileCache;
+if (enableCompileCache && cacheBase && process.env.MIMALLOC_PPROF_CACHE_DIR !== 'off') {
+  try {
+    const dir = join(cacheBase, 'compile');
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    enableCompileCache(dir);
+  } catch {
+    // compiled afresh
+  }
+}
 
 const argv = process.argv.slice(2);
 // `run` starts its program before the other commands are loaded (src/cli/run-entry.ts)

@@ -119,19 +119,30 @@ export function trimAnchoredJsSamples(profile: Profile): { kept: number; own: Se
   const loc = new Map(profile.location.map((l) => [Number(l.id), l]));
   const isJs = (line: Line) => isJavaScriptName(str(fn.get(Number(line.functionId))?.systemName ?? 0));
   const own = (line: Line) => isJs(line) && isOwnScript(str(fn.get(Number(line.functionId))?.filename ?? 0));
+  // per location, not per frame: whether it holds JavaScript, and the profiler's own script
+  const kinds = new Map<number, { js: boolean; own: boolean }>();
+  const kindOf = (id: number | bigint) => {
+    const n = Number(id);
+    let k = kinds.get(n);
+    if (!k) {
+      const lines = loc.get(n)?.line ?? [];
+      k = { js: lines.some(isJs), own: lines.some(own) };
+      kinds.set(n, k);
+    }
+    return k;
+  };
   let kept = 0;
   profile.sample = profile.sample.filter((s) => {
     const marker = s.label.findIndex((l) => Number(l.key) === ordinalKey);
     if (marker < 0) return true;
     const ordinal = Number(s.label[marker]!.num);
     s.label.splice(marker, 1);
-    const lines = (id: number | bigint) => loc.get(Number(id))?.line ?? [];
-    const first = s.locationId.findIndex((id) => lines(id).some(isJs));
+    const first = s.locationId.findIndex((id) => kindOf(id).js);
     if (first < 0) {
       unplaced.add(ordinal);
       return false;
     }
-    if (s.locationId.some((id) => lines(id).some(own))) {
+    if (s.locationId.some((id) => kindOf(id).own)) {
       ownWork.add(ordinal);
       return false;
     }

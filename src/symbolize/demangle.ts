@@ -109,12 +109,6 @@ function demangled(): Map<string, string> {
   return memo;
 }
 
-/** Reads the names kept on disk now (run calls it while the program runs), not at the first
- * name. */
-export function warmDemangled(): void {
-  demangled();
-}
-
 const lineOf = ([mangled, out]: [string, string]): string => (out.includes('\t') || out.includes('\n') ? '' : `${mangled}\t${out}\n`);
 
 /** Adds the names demangled in this process to the file (when there are new ones). */

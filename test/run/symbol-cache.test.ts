@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import * as nodeModule from 'node:module';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
@@ -91,4 +92,30 @@ test('demangled names kept on disk come back as the demangler gives them, added 
   // control: a well-formed wrong entry is believed (so the runs above did read the file)
   writeFileSync(file, second.replace(`${mangled[0]}\t${fresh[0]}\n`, `${mangled[0]}\twrong\n`));
   assert.equal(run(true)[0], 'wrong');
+});
+
+test('the CLI keeps V8\'s code cache of its modules in a private folder of the cache (Node 22.1 on); none with MIMALLOC_PPROF_CACHE_DIR=off', (t) => {
+  const cli = join(root, 'dist', 'src', 'cli', 'bin.js');
+  const dir = tempDir('mpp-compile-cache-');
+  const help = (cacheDir: string) => {
+    const r = spawnSync(process.execPath, [cli, 'top', '--help'], { encoding: 'utf8', env: { ...process.env, MIMALLOC_PPROF_CACHE_DIR: cacheDir } });
+    assert.equal(r.status, 0, r.stderr);
+    return r.stdout;
+  };
+  const first = help(dir);
+  if (!('enableCompileCache' in nodeModule)) {
+    t.diagnostic(`Node ${process.version} has no module.enableCompileCache`);
+    assert.equal(existsSync(join(dir, 'compile')), false);
+    return;
+  }
+  const compiled = join(dir, 'compile');
+  assert.equal((statSync(compiled).mode & 0o777).toString(8), '700');
+  const files = readdirSync(compiled, { recursive: true }).map(String).filter((f) => statSync(join(compiled, f)).isFile());
+  assert.ok(files.length >= 10, `the modules' code cached (${files.length} files)`);
+  assert.equal(help(dir), first); // from the cache, the same
+  const off = tempDir('mpp-compile-cache-off-');
+  writeFileSync(join(off, 'marker'), '');
+  const env = { ...process.env, MIMALLOC_PPROF_CACHE_DIR: 'off', HOME: off, XDG_CACHE_HOME: off };
+  assert.equal(spawnSync(process.execPath, [cli, 'top', '--help'], { env }).status, 0);
+  assert.deepEqual(readdirSync(off), ['marker'], 'nothing written with the cache off');
 });
