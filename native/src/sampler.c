@@ -379,13 +379,19 @@ static void* sampled_alloc(mp_thread_t* t, size_t size, size_t align, bool zero,
    * the stack that queued the work (pool.c); a completion's own stack ends at its trampoline. */
   bool queued = t->queued_by != NULL || t->pool_origin != NULL;
   uintptr_t cut = t->queued_by == NULL && t->pool_origin != NULL ? t->pool_origin_sp : 0;
+  MP_TEST_TIME_START(walk_from);
   unsigned depth = mp_stack_capture(frames, mp_state.bt_max, c->ra, c->sp, c->fp, cut);
+  MP_TEST_TIME_END(MP_TIME_WALK, walk_from);
   if (mp_unlikely(queued)) depth = mp_pool_append(frames, depth, MI_PROF_MAX_BT);
   bool rounded;
+  MP_TEST_TIME_START(alloc_from);
   void* p = sample_alloc(t, size, align, zero, &rounded);
+  MP_TEST_TIME_END(MP_TIME_ALLOC, alloc_from);
   /* A block that ends up without a record counts its whole usable size (mp_block_bytes). */
   *recorded = (mp_recorded_t){0, false};
+  MP_TEST_TIME_START(record_from);
   int added = p == NULL ? -1 : mp_table_add((uintptr_t)p, size, rounded, frames, depth, thread_id(t), thread_name);
+  MP_TEST_TIME_END(MP_TIME_TABLE, record_from);
   if (added > 0) {
     *recorded = (mp_recorded_t){size, rounded};
     return p;
@@ -462,7 +468,11 @@ static void* alloc_common(mp_thread_t* t, uint64_t left, uint64_t undo, size_t s
   } else {
     bool was = enter_sample(t);
     mp_recorded_t recorded = {0, false};
-    if (decide(t, left, size)) p = sampled_alloc(t, size, align, zero, c, &recorded);
+    if (decide(t, left, size)) {
+      MP_TEST_TIME_START(sample_from);
+      p = sampled_alloc(t, size, align, zero, c, &recorded);
+      MP_TEST_TIME_END(MP_TIME_SAMPLE, sample_from);
+    }
     else p = plain_alloc(size, align, zero);
     change_t change = tls_forced ? count_alloc(p, recorded) : (change_t){0};
     leave_sample(t, was);

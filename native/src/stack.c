@@ -119,6 +119,22 @@ static bool within(const text_range_t* r, uintptr_t pc) { return pc - r->lo < r-
 static void report_check(void);
 #endif
 
+#ifdef MP_TEST_HOOKS
+static atomic_ullong time_ns[MP_TIME_PARTS], time_n[MP_TIME_PARTS];
+static bool timing;
+uint64_t mp_test_clock(void) {
+  if (!timing) return 0;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+void mp_test_time(unsigned part, uint64_t since) {
+  if (!timing || since == 0) return;
+  atomic_fetch_add_explicit(&time_ns[part], mp_test_clock() - since, memory_order_relaxed);
+  atomic_fetch_add_explicit(&time_n[part], 1, memory_order_relaxed);
+}
+#endif
+
 void mp_stack_init(void) {
   static bool done;
   if (done) return;
@@ -129,6 +145,9 @@ void mp_stack_init(void) {
 #if MP_UNWIND_CFI && defined(MP_TEST_HOOKS)
   /* here, not at the first check: a sample inside atexit's own allocation holds its lock */
   if (mp_test_hook("MP_TEST_UNWIND_CHECK") || mp_test_hook("MP_TEST_UNWIND_COUNTS")) atexit(report_check);
+#endif
+#ifdef MP_TEST_HOOKS
+  timing = mp_test_hook("MP_TEST_UNWIND_COUNTS");
 #endif
   /* glibc loads libgcc_s (dlopen) at the first backtrace: now, not inside a sampled malloc.
    * Since glibc 2.34 a size of 0 loads it and unwinds nothing: an unwind here would read the
@@ -487,7 +506,7 @@ static void report_field(char* line, size_t cap, size_t* n, const char* name, ui
 }
 
 static void report_check(void) {
-  char line[384];
+  char line[640];
   size_t n = 0;
   uint64_t parsed, given, give_calls;
   mp_unwind_counts(&parsed, &given, &give_calls);
@@ -502,6 +521,16 @@ static void report_check(void) {
   report_field(line, sizeof(line), &n, " bounds_attr=", atomic_load(&bounds_by_attr));
   report_field(line, sizeof(line), &n, " memo_whole=", atomic_load(&memo_whole));
   report_field(line, sizeof(line), &n, " memo_part=", atomic_load(&memo_part));
+  static const char* const names[MP_TIME_PARTS] = {" sample", " walk", " miss", " give", " alloc", " record"};
+  for (unsigned i = 0; timing && i < MP_TIME_PARTS; i++) {
+    char name[24];
+    size_t k = mp_strlen(names[i]);
+    memcpy(name, names[i], k);
+    memcpy(name + k, "_n=", 4);
+    report_field(line, sizeof(line), &n, name, atomic_load(&time_n[i]));
+    memcpy(name + k, "_ns=", 5);
+    report_field(line, sizeof(line), &n, name, atomic_load(&time_ns[i]));
+  }
   line[n++] = '\n';
   (void)!write(2, line, n);
 }

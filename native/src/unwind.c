@@ -664,8 +664,10 @@ static void give_back(const uintptr_t* lo, const uintptr_t* hi, const object_t* 
     mp_assert((span_lo & 4095) == 0 && (span_hi & 4095) == 0);
     if (!still_givable(o, span_lo, span_hi)) continue;
     atomic_fetch_add_explicit(&give_calls, 1, memory_order_relaxed);
+    MP_TEST_TIME_START(give_from);
     if (madvise((void*)span_lo, span_hi - span_lo, MADV_DONTNEED) == 0)
       atomic_fetch_add_explicit(&bytes_given, span_hi - span_lo, memory_order_relaxed);
+    MP_TEST_TIME_END(MP_TIME_GIVE, give_from);
   }
 }
 
@@ -880,11 +882,13 @@ static void lookup_uncached(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule
 #endif
   if (_dl_find_object((void*)pc, &info) != 0 || info.dlfo_eh_frame == NULL) return; /* JIT code or no object */
   const uint8_t* hdr = info.dlfo_eh_frame;
+  MP_TEST_TIME_START(miss_from);
   object_t* o = object_of(hdr, &info);
   atomic_fetch_add_explicit(&rules_parsed, 1, memory_order_relaxed);
   uintptr_t fde = fde_of(walk, o, hdr, pc);
   mp_unwind_rule_t r;
   if (fde != 0 && rule_from_fde(walk, o, o != NULL ? &o->cies : NULL, fde, pc, (uintptr_t)hdr, &r)) *out = r;
+  MP_TEST_TIME_END(MP_TIME_MISS, miss_from);
 }
 
 void mp_unwind_counts(uint64_t* parsed, uint64_t* given, uint64_t* calls) {
