@@ -110,8 +110,9 @@ bool mp_test_hook(const char* name);
 /* Test builds: nanoseconds spent in parts of the sample path, in situ (faults and cache misses
  * included), printed with MP_TEST_UNWIND_COUNTS's line (stack.c): the whole sampled allocation,
  * the stack walk, the rule lookups that missed the cache, the hand-backs of unwind pages, the
- * sampled block's allocation (which the program pays for anyway), its record. */
-enum { MP_TIME_SAMPLE, MP_TIME_WALK, MP_TIME_MISS, MP_TIME_GIVE, MP_TIME_ALLOC, MP_TIME_TABLE, MP_TIME_PARTS };
+ * sampled block's allocation (which the program pays for anyway), its record, of which a new
+ * bucket (the thread's name, the perf map's size) and a peak copy. */
+enum { MP_TIME_SAMPLE, MP_TIME_WALK, MP_TIME_MISS, MP_TIME_GIVE, MP_TIME_ALLOC, MP_TIME_TABLE, MP_TIME_BUCKET, MP_TIME_PEAK, MP_TIME_PARTS };
 uint64_t mp_test_clock(void);
 void mp_test_time(unsigned part, uint64_t since);
 #define MP_TEST_TIME_START(v) uint64_t v = mp_test_clock()

@@ -506,7 +506,7 @@ static void report_field(char* line, size_t cap, size_t* n, const char* name, ui
 }
 
 static void report_check(void) {
-  char line[640];
+  char line[768];
   size_t n = 0;
   uint64_t parsed, given, give_calls;
   mp_unwind_counts(&parsed, &given, &give_calls);
@@ -521,7 +521,7 @@ static void report_check(void) {
   report_field(line, sizeof(line), &n, " bounds_attr=", atomic_load(&bounds_by_attr));
   report_field(line, sizeof(line), &n, " memo_whole=", atomic_load(&memo_whole));
   report_field(line, sizeof(line), &n, " memo_part=", atomic_load(&memo_part));
-  static const char* const names[MP_TIME_PARTS] = {" sample", " walk", " miss", " give", " alloc", " record"};
+  static const char* const names[MP_TIME_PARTS] = {" sample", " walk", " miss", " give", " alloc", " record", " new_bucket", " peak"};
   for (unsigned i = 0; timing && i < MP_TIME_PARTS; i++) {
     char name[24];
     size_t k = mp_strlen(names[i]);

@@ -408,9 +408,11 @@ int mp_table_add(uintptr_t p, size_t size, bool rounded, const uintptr_t* frames
   mp_bucket_t* b = bucket_find(bs, h, size, frames, depth, tid);
   if (b == NULL) { /* a new bucket: its thread's name and the perf map's size are read with no lock held */
     mp_unlock(&bs->lock);
+    MP_TEST_TIME_START(new_from);
     char name[16];
     thread_name(name);
     uint64_t jit_map_bytes = mp_jit_map_bytes();
+    MP_TEST_TIME_END(MP_TIME_BUCKET, new_from);
     mp_lock(&bs->lock);
     if (!atomic_load_explicit(&mp_state.running, memory_order_acquire) || atomic_load(&mp_state.generation) != generation) {
       mp_unlock(&bs->lock);
@@ -456,7 +458,11 @@ int mp_table_add(uintptr_t p, size_t size, bool rounded, const uintptr_t* frames
   }
   if (ok) peaked = est_change(rs, b->estimate);
   mp_unlock(&rs->lock);
-  if (peaked) peak_copy(generation);
+  if (peaked) {
+    MP_TEST_TIME_START(peak_from);
+    peak_copy(generation);
+    MP_TEST_TIME_END(MP_TIME_PEAK, peak_from);
+  }
   return ok ? 1 : -1;
 }
 

@@ -82,7 +82,7 @@ function demangledFile(): string | undefined {
 }
 
 /** Parses the file's lines into `into`; false when it is not this format. */
-export function parseDemangled(text: string, into: Map<string, string>): boolean {
+function parseDemangled(text: string, into: Map<string, string>): boolean {
   if (!text.startsWith(DEMANGLED_HEADER)) return false;
   for (let at = DEMANGLED_HEADER.length; ; ) {
     const end = text.indexOf('\n', at);
