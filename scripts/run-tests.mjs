@@ -27,7 +27,7 @@ const DEBUG_PASS = /^(reliability\/(churn|fork|dumps|node|hostile(-\w+)?)|native
 // attribution (CommonJS, ESM, `(top level)`, inlined frames from V8's code log, perf-map
 // names, no unnamed frame), the thread pool, the JS heap (the inspector's sampler), the RSS
 // breakdown, peak and periodic profiles, the CLI's caches (V8's code cache of its modules from
-// Node 22.1), the in-process API, the service endpoints (also under
+// Node 22.8), the in-process API, the service endpoints (also under
 // `run --serve`) and push, budgets, growth on leaking services, the Node gate.
 const NODE_PASS =
   /^(run\/(run|symbol-cache|fidelity|interrupt|serve|summary|budget|js-heap|js-heap-names|js-heap-inlined|pool|rss|every)|node\/(api|dumps|js-heap|peak|preload)|symbolize\/(perfmap|inlined|unnamed|queued-by)|http\/(pprof|hardening)|push\/(push|flush)|cli\/(symbolize|growth-http|growth-express|growth-inlined)|reliability\/node|native\/jitmap|package\/matrix|testing\/budget)\.test\.js$/;

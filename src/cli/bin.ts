@@ -12,12 +12,13 @@ process.stdout.on('error', (e: NodeJS.ErrnoException) => {
 
 // V8's code cache of the package's own modules, kept beside its other caches (a private folder;
 // MIMALLOC_PPROF_CACHE_DIR=off: none): the CLI compiles its modules once, not in every run
-// (Node 22.1 on; it checks each module's source and compiles afresh when it changed).
-const cacheBase = process.env.MIMALLOC_PPROF_CACHE_DIR || (process.env.XDG_CACHE_HOME ? join(process.env.XDG_CACHE_HOME, 'mimalloc-pprof') : homedir() ? join(homedir(), '.cache', 'mimalloc-pprof') : '');
+// (Node 22.8 on; it checks each module's source and compiles afresh when it changed). Nothing
+// here may stop the CLI: without a home folder (homedir() throws), it compiles afresh.
 const enableCompileCache = (nodeModule as { enableCompileCache?: (dir: string) => unknown }).enableCompileCache;
-if (enableCompileCache && cacheBase && process.env.MIMALLOC_PPROF_CACHE_DIR !== 'off') {
+if (enableCompileCache && process.env.MIMALLOC_PPROF_CACHE_DIR !== 'off') {
   try {
-    const dir = join(cacheBase, 'compile');
+    const base = process.env.MIMALLOC_PPROF_CACHE_DIR || (process.env.XDG_CACHE_HOME ? join(process.env.XDG_CACHE_HOME, 'mimalloc-pprof') : join(homedir(), '.cache', 'mimalloc-pprof'));
+    const dir = join(base, 'compile');
     mkdirSync(dir, { recursive: true, mode: 0o700 });
     enableCompileCache(dir);
   } catch {

@@ -56,8 +56,9 @@ export function demangle(name: string): string {
 // O_APPEND, so runs that end together cannot interleave their lines. (V8's C++ names average
 // ~500 bytes: rewriting the whole file took ~90 ms of naming tsc, where the new names are a
 // few KB.) A line is used only whole: one tab, then its newline; a mangled name never holds a
-// tab, and names that would are not kept, so a write cut short (a full disk) that the next one
-// continued makes a line of two tabs, which is skipped. Past DEMANGLED_MAX_BYTES the file is
+// tab, and names that would are not kept, so a write cut short (a full disk) after a tab, that
+// the next one continued, makes a line of two tabs, which is skipped; cut before its tab, it
+// makes one name of two mangled ones, which no symbol has. Past DEMANGLED_MAX_BYTES the file is
 // started afresh, atomically, with the most recent half.
 
 const DEMANGLED_HEADER = 'mimalloc-pprof demangled 1\n';
@@ -71,7 +72,7 @@ let persistent = false;
 
 /** Reads and keeps the names on disk from now on (run's process; elsewhere in memory only). */
 export function persistDemangled(): void {
-  persistent = true;
+  persistent = demangledFile() !== undefined; // MIMALLOC_PPROF_CACHE_DIR=off: memory only
 }
 
 function demangledFile(): string | undefined {
@@ -109,7 +110,11 @@ function demangled(): Map<string, string> {
   return memo;
 }
 
-const lineOf = ([mangled, out]: [string, string]): string => (out.includes('\t') || out.includes('\n') ? '' : `${mangled}\t${out}\n`);
+/** A name's line, or '' for a name that a line cannot hold: a tab or newline in either part
+ * (a symbol's name is whatever bytes precede its NUL: one with a newline would otherwise write
+ * a well-formed line for another name). */
+const lineOf = ([mangled, out]: [string, string]): string =>
+  /[\t\n]/.test(mangled) || /[\t\n]/.test(out) ? '' : `${mangled}\t${out}\n`;
 
 /** Adds the names demangled in this process to the file (when there are new ones). */
 export function saveDemangled(): void {

@@ -134,7 +134,8 @@ export function symbolize(profile: Profile, options: SymbolizeOptions = {}): Sym
     }
     return f;
   };
-  const functionById = new Map(profile.function.map((f) => [num(f.id), f]));
+  const functionById = new Map<number, ProfileFunction>();
+  for (const f of profile.function) if (!functionById.has(num(f.id))) functionById.set(num(f.id), f); // the first of an id, as find() gave
   const nameOfFunction = (id: number | bigint) => str(functionById.get(num(id))?.name ?? 0);
   // MIMALLOC_PPROF_TEST_NO_INLINE=1: the tests' control (test/symbolize/inlined.test.ts)
   const v8Log = process.env.MIMALLOC_PPROF_TEST_NO_INLINE === '1' ? undefined : options.v8Log;

@@ -83,18 +83,26 @@ test('demangled names kept on disk come back as the demangler gives them, added 
   const second = readFileSync(file, 'utf8');
   assert.ok(second.startsWith(first) && second.length > first.length, 'the new names appended, the old lines as they were');
   assert.equal(second.split('\n').filter((l) => l.startsWith('_')).length, 4, 'each mangled name once (malloc is not mangled)');
-  assert.equal(readFileSync(file, 'utf8'), (run(true), second), 'nothing written when every name was known');
+  run(true);
+  assert.equal(readFileSync(file, 'utf8'), second, 'nothing written when every name was known');
   // a write cut short, continued by the next one: one line with two tabs, skipped
   const [head, ...lines] = second.split('\n');
   const torn = [head, lines[0]!.slice(0, -5) + lines[1], ...lines.slice(2)].join('\n');
   writeFileSync(file, torn);
   assert.deepEqual(run(true), fresh);
+  // a symbol name holding a newline (ELF names end at their NUL only) writes no line: it would
+  // name another symbol
+  const sneaky = `_ZN4evil3fooEv\n${mangled[0]}`;
+  run(true, [sneaky]);
+  assert.deepEqual(run(true), fresh);
+  assert.ok(!readFileSync(file, 'utf8').includes('evil'), 'the name with a newline was not kept');
+  writeFileSync(file, second);
   // control: a well-formed wrong entry is believed (so the runs above did read the file)
   writeFileSync(file, second.replace(`${mangled[0]}\t${fresh[0]}\n`, `${mangled[0]}\twrong\n`));
   assert.equal(run(true)[0], 'wrong');
 });
 
-test('the CLI keeps V8\'s code cache of its modules in a private folder of the cache (Node 22.1 on); none with MIMALLOC_PPROF_CACHE_DIR=off', (t) => {
+test('the CLI keeps V8\'s code cache of its modules in a private folder of the cache (Node 22.8 on); none with MIMALLOC_PPROF_CACHE_DIR=off', (t) => {
   const cli = join(root, 'dist', 'src', 'cli', 'bin.js');
   const dir = tempDir('mpp-compile-cache-');
   const help = (cacheDir: string) => {
@@ -116,6 +124,6 @@ test('the CLI keeps V8\'s code cache of its modules in a private folder of the c
   const off = tempDir('mpp-compile-cache-off-');
   writeFileSync(join(off, 'marker'), '');
   const env = { ...process.env, MIMALLOC_PPROF_CACHE_DIR: 'off', HOME: off, XDG_CACHE_HOME: off };
-  assert.equal(spawnSync(process.execPath, [cli, 'top', '--help'], { env }).status, 0);
+  assert.equal(spawnSync(process.execPath, [cli, 'top', '--help'], { env, cwd: off }).status, 0);
   assert.deepEqual(readdirSync(off), ['marker'], 'nothing written with the cache off');
 });
