@@ -12,7 +12,7 @@
 // prints its duration.
 //   node scripts/run-tests.mjs [--pass system|mimalloc3|debug|node22|node24|node26|nodes|arm64|musl] [node --test options]
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -47,6 +47,38 @@ const all = readdirSync(join(root, 'dist', 'test'), { recursive: true })
 const ownReporter = args.some((a) => a.startsWith('--test-reporter'));
 const results = [];
 
+/** What V8 leaves behind for the Node processes the tests start by hand with --perf-basic-prof
+ * (the API's tests: a program not under `run` keeps its files, README "Node API"): its perf map
+ * in /tmp and its `isolate-*-v8.log` in the working directory. Those written since `since` by
+ * processes that have ended are removed, so that the suite leaves neither the checkout nor
+ * /tmp littered. */
+function removeV8Leftovers(since) {
+  let n = 0;
+  const sweep = (dir, pattern) => {
+    let names = [];
+    try {
+      names = readdirSync(dir);
+    } catch {
+      return;
+    }
+    for (const f of names) {
+      const pid = pattern.exec(f)?.[1];
+      if (pid === undefined || existsSync(`/proc/${pid}`)) continue;
+      try {
+        const st = statSync(join(dir, f));
+        if (st.mtimeMs < since || st.uid !== process.getuid?.()) continue;
+        rmSync(join(dir, f), { force: true });
+        n++;
+      } catch {
+        // gone meanwhile
+      }
+    }
+  };
+  sweep('/tmp', /^perf-(\d+)\.map$/);
+  sweep(root, /^isolate-0x[0-9a-f]+-(\d+)-v8\.log$/);
+  return n;
+}
+
 function pass(name, files, env, node = process.execPath) {
   console.log(`# ---- ${name}: ${files.length} test files ----`);
   const t0 = Date.now();
@@ -59,6 +91,8 @@ function pass(name, files, env, node = process.execPath) {
     env: { ...process.env, ...env },
   });
   const seconds = ((Date.now() - t0) / 1000).toFixed(0);
+  const removed = removeV8Leftovers(t0 - 1000);
+  if (removed > 0) console.log(`# ${removed} files V8 wrote for the tests' own Node processes removed (perf maps, isolate logs)`);
   const counts = {};
   if (existsSync(tap)) for (const m of readFileSync(tap, 'utf8').matchAll(/^# (tests|pass|fail|cancelled|skipped|todo) (\d+)$/gm)) counts[m[1]] = Number(m[2]);
   const line = `${name}: ${r.status === 0 ? 'passed' : 'FAILED'} in ${seconds} s` + (counts.tests === undefined ? '' : ` (${counts.tests} tests: ${counts.pass} passed, ${counts.fail} failed, ${counts.skipped} skipped, ${counts.cancelled} cancelled)`);
@@ -67,6 +101,7 @@ function pass(name, files, env, node = process.execPath) {
   return r.status ?? 1;
 }
 
+const started = Date.now();
 let status = 0;
 if (only === '' || only === 'system') status = pass('system mimalloc', all, {});
 if (only === '' || only === 'mimalloc3') {
@@ -113,5 +148,6 @@ if (only === '' || only === 'musl') {
   results.push(`musl: ${r === 0 ? 'passed' : 'FAILED'} in ${((Date.now() - t0) / 1000).toFixed(0)} s`);
   status = status || r;
 }
+removeV8Leftovers(started - 1000); // the arm64 and musl passes' too
 console.log(`# ==== ${status === 0 ? 'all passes passed' : 'FAILED'}:\n${results.map((l) => `#   ${l}`).join('\n')}`);
 process.exit(status);
