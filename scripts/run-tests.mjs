@@ -51,8 +51,8 @@ const results = [];
  * (the API's tests: a program not under `run` keeps its files, README "Node API"): its perf map
  * in /tmp and its `isolate-*-v8.log` in the working directory. Those written since `since` by
  * processes that have ended are removed, so that the suite leaves neither the checkout nor
- * /tmp littered. */
-function removeV8Leftovers(since) {
+ * /tmp littered. (`run` removes its own programs' files: src/run/leftovers.ts.) */
+function sweepTestV8Files(since) {
   let n = 0;
   const sweep = (dir, pattern) => {
     let names = [];
@@ -91,7 +91,7 @@ function pass(name, files, env, node = process.execPath) {
     env: { ...process.env, ...env },
   });
   const seconds = ((Date.now() - t0) / 1000).toFixed(0);
-  const removed = removeV8Leftovers(t0 - 1000);
+  const removed = sweepTestV8Files(t0 - 1000);
   if (removed > 0) console.log(`# ${removed} files V8 wrote for the tests' own Node processes removed (perf maps, isolate logs)`);
   const counts = {};
   if (existsSync(tap)) for (const m of readFileSync(tap, 'utf8').matchAll(/^# (tests|pass|fail|cancelled|skipped|todo) (\d+)$/gm)) counts[m[1]] = Number(m[2]);
@@ -148,6 +148,6 @@ if (only === '' || only === 'musl') {
   results.push(`musl: ${r === 0 ? 'passed' : 'FAILED'} in ${((Date.now() - t0) / 1000).toFixed(0)} s`);
   status = status || r;
 }
-removeV8Leftovers(started - 1000); // the arm64 and musl passes' too
+sweepTestV8Files(started - 1000); // the arm64 and musl passes' too
 console.log(`# ==== ${status === 0 ? 'all passes passed' : 'FAILED'}:\n${results.map((l) => `#   ${l}`).join('\n')}`);
 process.exit(status);

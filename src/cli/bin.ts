@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 import { mkdirSync } from 'node:fs';
 import * as nodeModule from 'node:module';
-import { homedir } from 'node:os';
 import { join } from 'node:path';
+
+import { cacheFolder } from '../cache-folder.js';
 
 // A closed pipe (`… | head`) ends the output, not with a stack trace.
 process.stdout.on('error', (e: NodeJS.ErrnoException) => {
@@ -13,12 +14,12 @@ process.stdout.on('error', (e: NodeJS.ErrnoException) => {
 // V8's code cache of the package's own modules, kept beside its other caches (a private folder;
 // MIMALLOC_PPROF_CACHE_DIR=off: none): the CLI compiles its modules once, not in every run
 // (Node 22.8 on; it checks each module's source and compiles afresh when it changed). Nothing
-// here may stop the CLI: without a home folder (homedir() throws), it compiles afresh.
+// here may stop the CLI: without a cache folder, it compiles afresh.
 const enableCompileCache = (nodeModule as { enableCompileCache?: (dir: string) => unknown }).enableCompileCache;
-if (enableCompileCache && process.env.MIMALLOC_PPROF_CACHE_DIR !== 'off') {
+const cache = enableCompileCache ? cacheFolder() : undefined;
+if (enableCompileCache && cache) {
   try {
-    const base = process.env.MIMALLOC_PPROF_CACHE_DIR || (process.env.XDG_CACHE_HOME ? join(process.env.XDG_CACHE_HOME, 'mimalloc-pprof') : join(homedir(), '.cache', 'mimalloc-pprof'));
-    const dir = join(base, 'compile');
+    const dir = join(cache, 'compile');
     mkdirSync(dir, { recursive: true, mode: 0o700 });
     enableCompileCache(dir);
   } catch {

@@ -18,8 +18,9 @@
  */
 import { appendFileSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
+
+import { cacheFolder } from '../cache-folder.js';
 
 // ---------------------------------------------------------------------------------------------
 // Entry point
@@ -76,9 +77,7 @@ export function persistDemangled(): void {
 }
 
 function demangledFile(): string | undefined {
-  const env = process.env.MIMALLOC_PPROF_CACHE_DIR;
-  if (env === 'off') return undefined;
-  const base = env || (process.env.XDG_CACHE_HOME ? join(process.env.XDG_CACHE_HOME, 'mimalloc-pprof') : homedir() ? join(homedir(), '.cache', 'mimalloc-pprof') : '');
+  const base = cacheFolder();
   return base ? join(base, 'demangled.txt') : undefined;
 }
 

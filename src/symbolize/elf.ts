@@ -18,8 +18,9 @@
  */
 import { createHash } from 'node:crypto';
 import { closeSync, fstatSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, renameSync, rmSync, statSync, writeFileSync, type BigIntStats } from 'node:fs';
-import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
+
+import { cacheFolder } from '../cache-folder.js';
 
 // ---------------------------------------------------------------------------------------------
 // Public types
@@ -475,14 +476,10 @@ const CACHE_MAGIC = 'mimalloc-pprof symbols 1\n';
 /** Files kept in the folder; the least recently written beyond it are removed. */
 const CACHE_FILES = 64;
 
-/** The folder of the symbol cache: MIMALLOC_PPROF_CACHE_DIR ('off': none), else
- * $XDG_CACHE_HOME/mimalloc-pprof, else ~/.cache/mimalloc-pprof. */
+/** The folder of the symbol cache: `symbols` in the package's cache folder (src/cache-folder.ts). */
 function symbolCacheDir(): string | undefined {
-  const env = process.env.MIMALLOC_PPROF_CACHE_DIR;
-  if (env === 'off') return undefined;
-  if (env) return join(env, 'symbols');
-  const base = process.env.XDG_CACHE_HOME || (homedir() ? join(homedir(), '.cache') : '');
-  return base ? join(base, 'mimalloc-pprof', 'symbols') : undefined;
+  const base = cacheFolder();
+  return base ? join(base, 'symbols') : undefined;
 }
 
 function symbolCacheFile(path: string, stat: BigIntStats, buildId: string): string | undefined {
