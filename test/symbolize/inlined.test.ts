@@ -147,6 +147,28 @@ test('the log: an offset reads as its inlining chain, innermost first, SFIs foll
   assert.equal(log.withInlining, 2);
 });
 
+// V8 moves code in a collection (code-move): the moved object is found at its new start, by its
+// own size, and a move of an address whose last code is of another size leaves that other code
+// where it was.
+test('the log: moved code is found at its new start; the code a move leaves behind is not', () => {
+  const moved = parseV8Log(
+    [
+      LOG.replace(/\n$/, ''),
+      // a smaller object at hot's old start, then hot's second occupant moves
+      'code-creation,JS,13,400,0x7f0000002000,64,small /app/s.js:1:1,0xee0,*',
+      'code-creation,JS,13,401,0x7f0000003000,512,hot2 /app/inl.js:7:13,0xcc0,*',
+      'code-source-info,0x7f0000003000,7,120,300,C0O120C100O20I0,F0O250,S0xbc0',
+      'code-move,0x7f0000003000,0x7f0000009000',
+      'code-move,0x7f0000002000,0x7f000000a000', // small moves, not `other` (its size is 512)
+      '',
+    ].join('\n'),
+  );
+  const at = (start: number, size: number, name: string, off: number) => moved.inlinedAt(start, size, name, start + off, -1).map((f) => f.name);
+  assert.deepEqual(at(0x7f0000009000, 512, 'hot2 /app/inl.js:7:13', 101), ['mid'], 'the moved code at its new start');
+  assert.deepEqual(at(0x7f000000a000, 512, 'other /app/o,ther.js:1:1', 20), [], 'control: `other` did not move');
+  assert.deepEqual(at(0x7f0000002000, 512, 'other /app/o,ther.js:1:1', 20), ['leaf'], '`other` is still at its start');
+});
+
 // The in-process reader (V8LogFollower): the same log appended in parts, split mid-line, reads as
 // it does whole; lines before the recorded start are not read; a log that shrank is read anew.
 // It finds logs by the descriptors this process holds, as V8 holds its own.
