@@ -205,18 +205,20 @@ function javaScriptCallersWithTotal(profile: Profile, n: number): { rows: [strin
   const str = (i: number | bigint) => profile.stringTable.strings[Number(i)] ?? '';
   const types = profile.sampleType.map((t) => str(t.type));
   const inuse = types.indexOf('inuse_space');
-  // the program's own code: Node's internals (node:…) are the same for every program, and the
-  // exit hook's work (loading the addon, measuring the resident set) is the profiler's
-  const jsFunctions = new Map(
-    profile.function
-      .filter((f) => isProgramFunction(profile, f))
-      .map((f) => [Number(f.id), f]),
-  );
-  if (inuse < 0 || jsFunctions.size === 0) return { rows: [], total: 0 };
   // one row per source function, whatever tiers (interpreted, baseline, optimised) it ran in
   const display = (f: (typeof profile.function)[number]) =>
     str(f.filename) ? `${str(f.name)} ${str(f.filename)}:${Number(f.startLine)}` : str(f.name);
-  const locations = new Map(profile.location.map((l) => [Number(l.id), l]));
+  // each function's row, made once, for the program's own code: Node's internals (node:…) are
+  // the same for every program, and the exit hook's work (loading the addon, measuring the
+  // resident set) is the profiler's
+  const rowOf = new Map(
+    profile.function
+      .filter((f) => isProgramFunction(profile, f))
+      .map((f) => [Number(f.id), display(f)]),
+  );
+  if (inuse < 0 || rowOf.size === 0) return { rows: [], total: 0 };
+  // per location, the rows of its lines (most hold none: native code, Node's own)
+  const rowsAt = new Map(profile.location.map((l) => [Number(l.id), l.line.flatMap((line) => rowOf.get(Number(line.functionId)) ?? [])]));
   const cum = new Map<string, number>();
   let total = 0;
   for (const s of profile.sample) {
@@ -224,10 +226,8 @@ function javaScriptCallersWithTotal(profile: Profile, n: number): { rows: [strin
     total += v;
     const seen = new Set<string>();
     for (const id of s.locationId)
-      for (const line of locations.get(Number(id))?.line ?? []) {
-        const f = jsFunctions.get(Number(line.functionId));
-        const key = f && display(f);
-        if (key !== undefined && !seen.has(key)) {
+      for (const key of rowsAt.get(Number(id)) ?? []) {
+        if (!seen.has(key)) {
           seen.add(key);
           cum.set(key, (cum.get(key) ?? 0) + v);
         }

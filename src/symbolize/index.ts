@@ -330,7 +330,9 @@ function jitFramesAsTaken(
   nameOfLocation: Map<number, string[]>,
   jsNames: (lines: Line[]) => string[],
 ): void {
-  const jit = new Map(jitLocations.map((l) => [num(l.id), l]));
+  // per location, the entry that holds its address last: a sample taken once the map held it
+  // sees that one (most samples), the rest look back (lookupAt)
+  const jit = new Map(jitLocations.map((l) => [num(l.id), { loc: l, now: perfMap.lookup(l.address) }]));
   const copies = new Map<string, Location>();
   let nextId = profile.location.reduce((a, l) => Math.max(a, num(l.id)), 0) + 1;
   for (const s of profile.sample) {
@@ -338,9 +340,9 @@ function jitFramesAsTaken(
     if (!label) continue;
     const bytes = num(label.num);
     s.locationId = s.locationId.map((id) => {
-      const loc = jit.get(num(id));
-      if (!loc) return id;
-      const now = perfMap.lookup(loc.address);
+      const at = jit.get(num(id));
+      if (!at?.now || (at.now.written ?? Infinity) <= bytes) return id;
+      const { loc, now } = at;
       const then = perfMap.lookupAt(loc.address, bytes);
       if (then === now || then === undefined) return id; // no entry then: the newest, as before
       const k = `${num(id)}\0${then.start}\0${then.raw}`;
