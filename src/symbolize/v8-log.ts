@@ -97,10 +97,10 @@ export function readV8Logs(paths: readonly string[]): V8CodeLog {
   return log;
 }
 
-/** Parses one V8 log's text (see the file comment). */
-export function parseV8Log(text: string | Buffer): V8CodeLog {
+/** Parses one V8 log's text (see the file comment), as strings of at most `partBytes` bytes. */
+export function parseV8Log(text: string | Buffer, partBytes?: number): V8CodeLog {
   const log = new V8CodeLogImpl();
-  log.add(typeof text === 'string' ? Buffer.from(text, 'latin1') : text);
+  log.add(typeof text === 'string' ? Buffer.from(text, 'latin1') : text, undefined, partBytes);
   return log;
 }
 
@@ -125,7 +125,7 @@ export function positionTable(text: string, from = 0, end = text.length): { offs
   let i = from;
   const number = (): number => {
     let sign = 1;
-    if (table.charCodeAt(i) === 45 /* - */) {
+    if (i < end && table.charCodeAt(i) === 45 /* - */) {
       sign = -1;
       i++;
     }
@@ -140,11 +140,11 @@ export function positionTable(text: string, from = 0, end = text.length): { offs
     }
     i++;
     offsets[k] = number();
-    if (table.charCodeAt(i) === 79 /* O */) {
+    if (i < end && table.charCodeAt(i) === 79 /* O */) {
       i++;
       number();
     }
-    if (table.charCodeAt(i) === 73 /* I */) {
+    if (i < end && table.charCodeAt(i) === 73 /* I */) {
       i++;
       ids[k] = number();
     } else ids[k] = -1;
@@ -171,11 +171,28 @@ class V8CodeLogImpl implements V8CodeLog {
   withInlining = 0;
 
   /** Reads one log's lines; `state` carries a log read in parts (its SFIs, the last code at each
-   * address) from one part to the next. */
-  add(data: Buffer, state: LogState = newLogState()): void {
+   * address) from one part to the next. Each part of at most `partBytes` bytes that ends at a
+   * line's end is read as one string (V8's strings are bounded, at ~512 MiB on 64-bit builds);
+   * a line longer than a part is not read, as by the follower. */
+  add(data: Buffer, state: LogState = newLogState(), partBytes = CHUNK): void {
+    for (let from = 0; from < data.length; ) {
+      let end = Math.min(data.length, from + partBytes);
+      if (end < data.length) {
+        const nl = data.lastIndexOf(10, end - 1);
+        if (nl < from) {
+          const next = data.indexOf(10, end); // a line longer than a part: skipped whole
+          from = next < 0 ? data.length : next + 1;
+          continue;
+        }
+        end = nl + 1;
+      }
+      this.addText(data.toString('latin1', from, end), state);
+      from = end;
+    }
+  }
+
+  private addText(text: string, state: LogState): void {
     const { sfis, last } = state;
-    // one string for the whole part, read by V8's string search and slices
-    const text = data.toString('latin1');
     for (let from = 0; from < text.length; ) {
       let nl = text.indexOf('\n', from);
       if (nl < 0) nl = text.length; // an unfinished last line: its fields are checked below
@@ -242,8 +259,9 @@ class V8CodeLogImpl implements V8CodeLog {
         const b = parseInt(f[2] ?? '', 16);
         const rec = last.get(a);
         if (!rec || !Number.isSafeInteger(b)) continue;
-        // the moved object keeps its size: it is added at the new start under that key (a
-        // code object that left its key's end was created over or moved over since)
+        // the moved object keeps its size: it is added at the new start under that key (within
+        // one log it is that key's last; two logs read in turns into one index may have put
+        // another's code there since, and the move is then not followed)
         if (this.byKey.get(`${a}:${rec.size}`)?.at(-1) === rec) {
           const k2 = `${b}:${rec.size}`;
           const l2 = this.byKey.get(k2);

@@ -16,7 +16,7 @@ import { Label, Location } from '../../src/profile/pprof.js';
 
 import { libraryPath } from '../../src/preload/library.js';
 import { symbolize } from '../../src/symbolize/index.js';
-import { parseV8Log, positionTable, V8LogFollower } from '../../src/symbolize/v8-log.js';
+import { parseV8Log, positionTable, type V8CodeLog, V8LogFollower } from '../../src/symbolize/v8-log.js';
 import { makeProfile } from '../profile/util.js';
 import { root, tempDir } from '../helpers.js';
 import { decode } from '../run/decode.js';
@@ -156,6 +156,7 @@ test('the log: moved code is found at its new start; the code a move leaves behi
       LOG.replace(/\n$/, ''),
       // a smaller object at hot's old start, then hot's second occupant moves
       'code-creation,JS,13,400,0x7f0000002000,64,small /app/s.js:1:1,0xee0,*',
+      'code-source-info,0x7f0000002000,9,0,10,C0O1C8O5I0,F0O3,S0xaa0',
       'code-creation,JS,13,401,0x7f0000003000,512,hot2 /app/inl.js:7:13,0xcc0,*',
       'code-source-info,0x7f0000003000,7,120,300,C0O120C100O20I0,F0O250,S0xbc0',
       'code-move,0x7f0000003000,0x7f0000009000',
@@ -165,8 +166,27 @@ test('the log: moved code is found at its new start; the code a move leaves behi
   );
   const at = (start: number, size: number, name: string, off: number) => moved.inlinedAt(start, size, name, start + off, -1).map((f) => f.name);
   assert.deepEqual(at(0x7f0000009000, 512, 'hot2 /app/inl.js:7:13', 101), ['mid'], 'the moved code at its new start');
+  assert.deepEqual(at(0x7f000000a000, 64, 'small /app/s.js:1:1', 9), ['leaf'], 'small, moved, by its own size');
   assert.deepEqual(at(0x7f000000a000, 512, 'other /app/o,ther.js:1:1', 20), [], 'control: `other` did not move');
   assert.deepEqual(at(0x7f0000002000, 512, 'other /app/o,ther.js:1:1', 20), ['leaf'], '`other` is still at its start');
+});
+
+// A log is read as strings of a bounded size (V8's strings end at ~512 MiB): in parts that end
+// at a line's end, which read as the whole does; a line longer than a part is skipped.
+test('the log read in parts of a few bytes reads as the whole; a position table read where it lies', () => {
+  const whole = parseV8Log(LOG);
+  const log = parseV8Log(LOG, 160); // every line of LOG is shorter
+  const names = (l: V8CodeLog) => l.inlinedAt(0x7f0000002000, 512, 'hot /app/inl.js:7:13', 0x7f0000002000 + 101, 0).map((f) => f.name);
+  assert.deepEqual(names(log), ['leaf', 'mid']);
+  assert.equal(log.codeObjects, whole.codeObjects);
+  // control: parts shorter than hot's lines skip them, and with them what they say
+  const short = parseV8Log(LOG, 60);
+  assert.deepEqual(names(short), []);
+  // a table inside a larger text, up to `end` only: what follows it is not read
+  const t = positionTable('x,C5O1I3,y', 2, 8);
+  assert.deepEqual([...t.offsets, ...t.ids], [5, 3]);
+  const cut = positionTable('C5O3I2', 0, 4);
+  assert.deepEqual([...cut.offsets, ...cut.ids], [5, -1], 'the inlining id past the end is not the entry\'s');
 });
 
 // The in-process reader (V8LogFollower): the same log appended in parts, split mid-line, reads as
