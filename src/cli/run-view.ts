@@ -38,14 +38,8 @@ export function printRun(opts: CliRunOptions, result: RunResult): number {
     err.write(`mimalloc-pprof: ${profiled.length > 0 ? 'the main process wrote no profile' : 'no profile was written'}: ${result.noProfile}\n`);
     if (profiled.length === 0) return result.status;
   }
-  // the process that used the most is the one worth detailing (npx's node runs tsc): by its
-  // peak resident set, else by what it had in use at exit
-  const weight = (p: ProcessReport) => p.peakRssBytes ?? p.inuseBytes ?? 0;
-  // npm, npx and shells only start the program: it is the one worth detailing, however much
-  // npm itself used (`npm exec`, `npx -p …`, `npm run` that run could not follow)
-  const programs = profiled.filter((p) => !isLauncher(p.argv));
-  const detailed = (programs.length > 0 ? programs : profiled).reduce((a, b) => (weight(b) > weight(a) ? b : a));
-  if (result.processes.length > 1) printProcesses(result.processes, detailed, opts.peak === true);
+  const detailed = detailedProcess(profiled);
+  if (result.processes.length > 1) printProcesses(result.processes, detailed, opts.peak === true, opts.cmdline !== false);
   if (opts.top > 0 && detailed.profile) {
     const who = detailed.argv.length > 0 ? basename(detailed.argv[0]!) : basename(opts.command[0]!);
     // --peak: the figures are the peak's, with the estimate's error and when it was reached
@@ -168,8 +162,21 @@ function strippedExecutable(profile: Profile): string | undefined {
   return framesIn ? basename(file) : undefined;
 }
 
-/** One line per process: pid, parent, peak RSS, in use at exit (or at the peak), command line. */
-function printProcesses(processes: readonly ProcessReport[], detailed: ProcessReport, atPeak: boolean): void {
+/**
+ * The process worth detailing: the one that held the most in use (the figure the table beside it
+ * and the details show; by peak resident set where a process has none), the one run started
+ * where they tie; never one that only starts the program, however much it held (npm, npx and
+ * shells: `npm exec`, `npx -p …`, `npm run` that run could not follow) while there is another.
+ */
+export function detailedProcess(profiled: readonly ProcessReport[]): ProcessReport {
+  const weight = (p: ProcessReport) => p.inuseBytes ?? p.peakRssBytes ?? 0;
+  const programs = profiled.filter((p) => !isLauncher(p.argv));
+  return (programs.length > 0 ? programs : profiled).reduce((a, b) => (weight(b) > weight(a) || (weight(b) === weight(a) && b.main) ? b : a));
+}
+
+/** One line per process: pid, parent, peak RSS, in use at exit (or at the peak), command line
+ * (without `--no-cmdline`: the program's name only, since a log may keep what run prints). */
+function printProcesses(processes: readonly ProcessReport[], detailed: ProcessReport, atPeak: boolean, cmdline: boolean): void {
   const err = process.stderr;
   err.write(`\nmimalloc-pprof: ${processes.length} processes\n`);
   err.write(`      pid   parent   peak RSS  ${atPeak ? 'in use at the peak' : '   in use'}  command\n`);
@@ -177,7 +184,7 @@ function printProcesses(processes: readonly ProcessReport[], detailed: ProcessRe
     const inuse = p.profile ? humanBytes(p.inuseBytes ?? 0) : 'no profile';
     const peak = p.peakRssBytes !== undefined ? humanBytes(p.peakRssBytes) : '?';
     const mark = p === detailed ? '*' : p.main ? 'm' : ' ';
-    const command = p.argv.length > 0 ? p.argv.join(' ') : '?';
+    const command = p.argv.length === 0 ? '?' : cmdline ? p.argv.join(' ') : `${basename(p.argv[0]!)}${p.argv.length > 1 ? ' …' : ''}`;
     err.write(
       `${mark} ${String(p.pid).padStart(7)}  ${String(p.ppid || '?').padStart(7)}  ${peak.padStart(9)}  ${inuse.padStart(atPeak ? 18 : 9)}  ${command.length > 100 ? `${command.slice(0, 97)}...` : command}\n`,
     );

@@ -2,7 +2,8 @@
  * What `run` writes is the user's alone: the profile and the HTML report are 0600 under a
  * umask that would let others read them (a file the same shell creates is 0644: the control
  * that the umask is not what narrows them), the test build's MIMALLOC_PPROF_TEST_OPEN_MODES=1
- * (files written 0644) is caught, and `--no-cmdline` leaves a secret argument out of both.
+ * (files written 0644) is caught, and `--no-cmdline` leaves a secret argument out of both, and
+ * out of the table of processes run prints (a CI log keeps it).
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -14,7 +15,9 @@ import { test } from 'node:test';
 import { root, tempDir } from '../helpers.js';
 
 const cli = join(root, 'dist', 'src', 'cli', 'bin.js');
-const program = 'const keep = []; for (let i = 0; i < 64; i++) keep.push(Buffer.alloc(65536, i)); globalThis.keep = keep;';
+// with a child, so that run prints its table of processes and their command lines
+const program =
+  "const keep = []; for (let i = 0; i < 64; i++) keep.push(Buffer.alloc(65536, i)); globalThis.keep = keep; require('node:child_process').execFileSync(process.execPath, ['-e', '0', '--', '--token=swordfish']);";
 
 /** The report's data (gzipped JSON in base64 inside the page), as text. */
 function reportData(html: string): string {
@@ -43,6 +46,7 @@ function runUnderUmask(extra: string[], env: Record<string, string> = {}) {
     html: mode('p.html'),
     profileText: gunzipSync(readFileSync(out)).toString('latin1'),
     htmlText: reportData(readFileSync(join(dir, 'p.html'), 'utf8')),
+    stderr: r.stderr,
   };
 }
 
@@ -53,11 +57,14 @@ test('run writes its profile and report 0600 under umask 022; the command line i
   assert.equal(plain.html.toString(8), '600');
   assert.match(plain.profileText, /--password=hunter2/);
   assert.match(plain.htmlText, /--password=hunter2/);
+  assert.match(plain.stderr, /^ .* -e 0 -- --token=swordfish$/m, 'the table of processes: the child\'s command line (the main one\'s is cut at 100 characters)');
 
   const hidden = runUnderUmask(['--no-cmdline']);
   assert.equal(hidden.profile.toString(8), '600');
   assert.doesNotMatch(hidden.profileText, /hunter2/);
   assert.doesNotMatch(hidden.htmlText, /hunter2/);
+  assert.match(hidden.stderr, /2 processes/);
+  assert.doesNotMatch(hidden.stderr, /hunter2|swordfish/, 'nor in what run prints');
 });
 
 test('positive control: files written 0644 (MIMALLOC_PPROF_TEST_OPEN_MODES=1) are caught', () => {
