@@ -1,7 +1,7 @@
 /**
  * `mimalloc-pprof run [options] -- CMD ARGS…`: parses the options, runs the program through
  * the run pipeline (src/run), and prints what it found: one line per process when there are
- * several, the top in-use sites and JavaScript functions of the process that used the most,
+ * several, the top in-use sites and JavaScript functions of the process that held the most in use,
  * and where each profile went. Exits with the program's own status.
  */
 import { randomBytes } from 'node:crypto';

@@ -135,7 +135,7 @@ export function render(w: Watch, url: string, rows: number, width = 120): string
     lines.push(line.length > width ? `${line.slice(0, width - 1)}…` : line);
   }
   lines.push('');
-  lines.push('*: grows by more than sampling noise and the fit explain');
+  lines.push('*: grows: the 95 % interval of its growth lies above 0 (beyond what sampling noise and the fit\'s error explain)');
   return `${lines.join('\n')}\n`;
 }
 

@@ -371,7 +371,7 @@ describe('the exit profile of a Node process shows what is retained', () => {
   });
 });
 
-describe('process trees: who each process was, the one that used the most detailed', () => {
+describe('process trees: who each process was, the one that held the most in use detailed', () => {
   const comments = (path: string) => {
     const p = Profile.decode(gunzipSync(readFileSync(path)));
     return p.comment.map((c) => p.stringTable.strings[Number(c)] ?? '');
