@@ -35,7 +35,8 @@ export type PerfSymbolKind = 'interpreted' | 'baseline' | 'optimized' | 'builtin
 
 export interface PerfSymbol {
   /** Function name; '(anonymous)' for a JavaScript function without one; for non-JavaScript
-   * entries (builtins, regexps, stubs) the whole raw name, e.g. `Builtin:ArrayMap`. */
+   * entries (regexps, stubs) the whole raw name, e.g. `RegExp:a(b+)c`; builtins by their
+   * symbol in node's binary, e.g. `Builtins_ArrayMap` for `Builtin:ArrayMap`. */
   name: string;
   /** Script path (file URLs converted to paths), `node:…` for Node's own; '' if none. */
   file: string;
@@ -136,7 +137,7 @@ export function parsePerfMap(text: string | Buffer): PerfMap {
 export function parsePerfName(raw: string): Pick<PerfSymbol, 'name' | 'file' | 'line' | 'column' | 'kind' | 'tag'> {
   const colon = raw.indexOf(':');
   const tag = colon > 0 && /^[A-Za-z]+$/.test(raw.slice(0, colon)) ? raw.slice(0, colon) : '';
-  if (tag === 'Builtin' || tag === 'BytecodeHandler') return { name: raw, file: '', line: 0, column: 0, kind: 'builtin', tag };
+  if (tag === 'Builtin' || tag === 'BytecodeHandler') return { name: builtinSymbol(tag, raw.slice(colon + 1)), file: '', line: 0, column: 0, kind: 'builtin', tag };
   if (!JS_TAGS.has(tag)) return { name: raw, file: '', line: 0, column: 0, kind: 'other', tag };
   let body = raw.slice(colon + 1);
   // the code kind's marker (V8's CodeKindToMarker), `o` before it for code compiled on the
@@ -153,6 +154,19 @@ export function parsePerfName(raw: string): Pick<PerfSymbol, 'name' | 'file' | '
   const line = Number(m[3]);
   const column = Number(m[4]);
   return { name: m[1] || unnamed(tag, line, column), file: scriptPath(m[2]!), line, column, kind, tag };
+}
+
+/**
+ * A builtin's or bytecode handler's name as node's own symbol table has it, where the
+ * builtins run from the binary's embedded blob: `Builtin:JSEntry` is `Builtins_JSEntry`,
+ * `BytecodeHandler:Add` (`Add.Wide`, or `AddWide` from Node 24) is `Builtins_AddHandler`
+ * (`Builtins_AddWideHandler`), Node 20 to 26. So a frame reads the same whether it was named
+ * from the binary (run names V8's copy of the blob by its symbols, src/symbolize/code-copies.ts)
+ * or from the perf map (`symbolize` of a raw dump), and `diff` matches the two.
+ */
+function builtinSymbol(tag: string, name: string): string {
+  const plain = name.replace(/\.(Wide|ExtraWide)$/, '$1');
+  return tag === 'Builtin' ? `Builtins_${plain}` : `Builtins_${plain}Handler`;
 }
 
 /**

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 
 import { parsePerfMap, parsePerfName, perfMapPath, readPerfMap, type PerfSymbol } from '../../src/symbolize/perfmap.js';
+import { readElf } from '../../src/symbolize/elf.js';
 import { nodeMajor, root, tempDir } from '../helpers.js';
 
 const fixtures = join(root, 'test', 'symbolize', 'fixtures');
@@ -43,8 +44,9 @@ test('names: every form Nodes 20 to 26 write, and the legacy tags', () => {
     ['LazyCompile:~foo /old/node.js:5:10', { name: 'foo', file: '/old/node.js', line: 5, kind: 'interpreted', tag: 'LazyCompile' }],
     ['LazyCompile:*foo /old/node.js:5:10', { name: 'foo', kind: 'optimized' }],
     ['Function:~bar /old/node.js:7:1', { name: 'bar', kind: 'interpreted', tag: 'Function' }],
-    ['Builtin:ArrayPrototypeMap', { name: 'Builtin:ArrayPrototypeMap', file: '', line: 0, kind: 'builtin' }],
-    ['BytecodeHandler:CreateFunctionContext.Wide', { name: 'BytecodeHandler:CreateFunctionContext.Wide', kind: 'builtin' }],
+    ['Builtin:ArrayPrototypeMap', { name: 'Builtins_ArrayPrototypeMap', file: '', line: 0, kind: 'builtin' }],
+    ['BytecodeHandler:CreateFunctionContext.Wide', { name: 'Builtins_CreateFunctionContextWideHandler', kind: 'builtin' }],
+    ['BytecodeHandler:AddExtraWide', { name: 'Builtins_AddExtraWideHandler', kind: 'builtin' }],
     ['RegExp:a(b+)c', { name: 'RegExp:a(b+)c', kind: 'other', tag: 'RegExp' }],
     ['Stub:js-to-wasm:ii:i', { name: 'Stub:js-to-wasm:ii:i', kind: 'other' }],
     ['JS:wasm-function[0]-0-liftoff', { name: 'wasm-function[0]-0-liftoff', kind: 'other', file: '' }],
@@ -205,11 +207,21 @@ test('a real map (CommonJS): the hot function optimised and the cold one interpr
   assert.equal(c.file, script);
   assert.equal(c.line, coldLine);
 
-  // builtins and bytecode handlers are there too
+  // builtins and bytecode handlers are there too, each named as node's symbol table names it
+  // (what run names V8's copy of the builtins by): every one of them is a symbol of node's
   const builtin = entries(text, /^Builtin:/)[0]!;
   assert.equal(map.lookup(builtin.start)?.kind, 'builtin');
   const handler = entries(text, /^BytecodeHandler:/)[0]!;
   assert.equal(map.lookup(handler.start)?.kind, 'builtin');
+  const elf = readElf(process.execPath);
+  const builtins = [...entries(text, /^Builtin:/), ...entries(text, /^BytecodeHandler:/)];
+  assert.ok(builtins.length > 100, `${builtins.length} builtins in the map`);
+  // 30 of them, spread over the map, wide handlers among them (a lookup by name scans the table)
+  const wide = builtins.filter((e) => /Wide/.test(e.raw)).slice(0, 5);
+  const spread = [...builtins.filter((_, i) => i % Math.ceil(builtins.length / 25) === 0), ...wide];
+  const unknown = spread.map((e) => map.lookup(e.start)!.name).filter((name) => elf.symbolByName(name) === undefined);
+  assert.deepEqual(unknown, [], 'perf-map builtins named as node\'s symbols');
+  assert.equal(elf.symbolByName('Builtin:JSEntry'), undefined, 'control: the perf map\'s own spelling is no symbol');
 });
 
 test('a real map (ES module): file:// URLs become paths', () => {
