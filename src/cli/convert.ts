@@ -3,23 +3,13 @@
  * detected (parseProfile); the output format follows OUT's extension (OUTPUT_FORMATS).
  */
 import { UsageError } from '../errors.js';
+import { formatOfName, OUTPUT_FORMATS, type OutputFormat } from '../profile/extensions.js';
 import { encodeHeapText } from '../profile/heap-text.js';
 import { encodeProfile } from '../profile/proto.js';
 import type { Profile } from '../profile/model.js';
 import { type Command, parseCommandArgs, SOURCE_HELP, TOKEN_OPTION, sourceArgs, writeFileAtomic } from './args.js';
 import { readProfile } from '../profile/files.js';
 import { humanBytes } from './top.js';
-
-export type OutputFormat = 'heap_v2' | 'proto';
-
-/** Output extensions and their formats (longest match first). */
-export const OUTPUT_FORMATS: readonly (readonly [string, OutputFormat])[] = [
-  ['.pb.gz', 'proto'],
-  ['.pprof', 'proto'],
-  ['.pb', 'proto'],
-  ['.heap', 'heap_v2'],
-  ['.txt', 'heap_v2'],
-];
 
 const ENCODERS: Record<OutputFormat, (p: Profile, name: string) => Uint8Array | string> = {
   proto: (p) => encodeProfile(p, { gzip: true }),
@@ -61,12 +51,9 @@ Options:
 `;
 
 export function outputFormat(path: string): OutputFormat {
-  const lower = path.toLowerCase();
-  const hit = OUTPUT_FORMATS.find(([ext]) => lower.endsWith(ext));
-  if (!hit) {
-    throw new UsageError(`convert: cannot tell the output format from ${path} (use one of ${OUTPUT_FORMATS.map(([e]) => e).join(', ')})`);
-  }
-  return hit[1];
+  const format = formatOfName(path);
+  if (!format) throw new UsageError(`convert: cannot tell the output format from ${path} (use one of ${OUTPUT_FORMATS.map(([e]) => e).join(', ')})`);
+  return format;
 }
 
 export const convertCommand: Command = {

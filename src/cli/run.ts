@@ -10,6 +10,7 @@ import { UsageError } from '../errors.js';
 import { parseServeAddress } from '../http/serve-address.js';
 import type { RunOptions } from '../run/index.js';
 import { splitCommandLine } from './split.js';
+import { formatOfName } from '../profile/extensions.js';
 
 export const RUN_HELP = `Usage: mimalloc-pprof run [options] -- CMD [ARGS…]
 
@@ -22,11 +23,13 @@ Node processes get V8's perf map and an exit hook (NODE_OPTIONS); \`deno run\` g
 module and DENO_V8_FLAGS: JavaScript functions are named in both.
 
 Options:
-  --out FILE          profile of the main process (default mimalloc-pprof.pb.gz); other
-                      processes: FILE with .<pid> before the extension
+  --out FILE          profile of the main process (default mimalloc-pprof.pb.gz, with
+                      --format text mimalloc-pprof.heap); other processes: FILE with .<pid>
+                      before the extension; a .heap or .txt FILE is written as text
   --format proto|text gzipped profile.proto (default) or gperftools heap_v2 text (addresses
                       and mappings only: top, diff, symbolize and pprof name its native
-                      frames from the binaries; JavaScript names need proto)
+                      frames from the binaries; JavaScript names need proto); a --out FILE
+                      whose extension names the other format is refused
   --interval BYTES    mean sampling interval, k/m/g suffixes (default 512k)
                       (profiles carry in-use figures and allocated totals, alloc_space and
                       alloc_objects; MIMALLOC_PROF_MAX_BYTES caps the profiler's memory)
@@ -146,6 +149,17 @@ export function parseRunArgs(argv: string[]): CliRunOptions | 'help' {
       }
     }
   }
+  // the format and the file's name agree: --out's extension picks the format, --format the
+  // default name; a name of the other format is refused
+  const given = new Set(split.options.map(([name]) => name));
+  const named = given.has('--out') ? formatOfName(opts.out) : undefined;
+  if (given.has('--format')) {
+    const wanted = opts.format === 'text' ? 'heap_v2' : 'proto';
+    if (named !== undefined && named !== wanted) {
+      throw new UsageError(`run: --out ${opts.out} names ${named === 'proto' ? 'a profile.proto' : 'heap_v2 text'} (by its extension), not --format ${opts.format}`);
+    }
+    if (!given.has('--out') && opts.format === 'text') opts.out = 'mimalloc-pprof.heap';
+  } else if (named === 'heap_v2') opts.format = 'text';
   if (opts.budget && !opts.profile) throw new UsageError('run: a memory budget needs the profiler (not --no-profile)');
   opts.command = split.rest;
   if (opts.serveToken !== undefined && opts.serve === undefined) throw new UsageError('run: --token goes with --serve');
