@@ -1,5 +1,5 @@
 /** What `run` prints once the program has ended (src/cli/run.ts starts it). */
-import { basename } from 'node:path';
+import { basename, resolve } from 'node:path';
 
 import type { Profile } from '../profile/pprof.js';
 
@@ -26,9 +26,13 @@ export function printRun(opts: CliRunOptions, result: RunResult): number {
   }
   if (result.warning) err.write(`mimalloc-pprof: warning: ${result.warning}\n`);
   if (result.interrupted) {
-    const { signal, raw } = result.interrupted;
+    const { signal, raw, written } = result.interrupted;
+    for (const w of written) err.write(`mimalloc-pprof: wrote ${w.file}${w.file === resolve(opts.out) ? '' : ` (pid ${w.pid})`}\n`);
     err.write(`mimalloc-pprof: ${signal} while naming the profiles: ${raw.length === 0 ? 'no raw profile could be kept' : `kept the raw profile${raw.length === 1 ? '' : 's'} instead`}\n`);
-    for (const r of raw) err.write(`mimalloc-pprof: raw profile of pid ${r.pid}: ${r.file} (name it with: mimalloc-pprof symbolize ${r.file})\n`);
+    for (const r of raw) {
+      const names = r.perfMap ? `, its JavaScript names in ${r.perfMap}` : '';
+      err.write(`mimalloc-pprof: raw profile of pid ${r.pid}: ${r.file}${names} (name it with: mimalloc-pprof symbolize ${r.file})\n`);
+    }
     return result.status;
   }
   if (result.followed) err.write(`mimalloc-pprof: ${result.followed.from}: started ${result.followed.to} directly, so that it is the program profiled\n`);

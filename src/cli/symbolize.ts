@@ -4,7 +4,10 @@
  * binaries on this machine, and JavaScript frames from the process's V8 perf map while it is
  * still in /tmp, into one self-contained gzipped profile.proto.
  */
+import { existsSync } from 'node:fs';
+
 import { UsageError } from '../errors.js';
+import { perfMapBeside } from '../run/index.js';
 import { encodeProfile } from '../profile/proto.js';
 import { hasUnnamedFrames, nameRawProfile } from '../symbolize/raw.js';
 import { type Command, parseCommandArgs, readProfileFile, writeFileAtomic } from './args.js';
@@ -14,7 +17,8 @@ export const SYMBOLIZE_HELP = `Usage: mimalloc-pprof symbolize RAW [-o OUT] [--p
 Names the frames of a raw heap profile (heap_v2 text or profile.proto written by the preload
 library by hand) from the binaries still on this machine, and its JavaScript frames from
 /tmp/perf-<pid>.map when the Node process ran with --perf-basic-prof and the map is still
-there. Writes a gzipped profile.proto that needs no binaries (go tool pprof, top, diff).
+there (for X.<pid>.raw.pb, the raw profile an interrupted run kept, from X.<pid>.perf.map
+beside it). Writes a gzipped profile.proto that needs no binaries (go tool pprof, top, diff).
 top and diff name raw input the same way by themselves.
 
 Options:
@@ -49,7 +53,10 @@ export const symbolizeCommand: Command = {
     if (/\.(heap|txt)$/.test(out)) throw new UsageError('symbolize: heap_v2 text cannot carry names: write a .pb.gz');
     const profile = readProfileFile(raw);
     const wasRaw = hasUnnamedFrames(profile);
-    const report = nameRawProfile(profile, pidArg ? { pid: Number(pidArg) } : {});
+    // the perf map an interrupted run kept beside the raw profile, else V8's in /tmp
+    const beside = perfMapBeside(raw);
+    const perfMapFile = !pidArg && beside !== undefined && existsSync(beside) ? beside : undefined;
+    const report = nameRawProfile(profile, { ...(pidArg ? { pid: Number(pidArg) } : {}), ...(perfMapFile ? { perfMapFile } : {}) });
     writeFileAtomic(out, encodeProfile(profile, { gzip: true }));
     const js = report.perfMap ? `, ${report.javascript} JavaScript from ${report.perfMap}` : ', no JavaScript (no perf map)';
     io.err.write(

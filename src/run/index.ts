@@ -22,7 +22,7 @@ import type { RssBreakdown } from '../profile/rss.js';
 import { UsageError } from '../errors.js';
 import { denoExecutable, isNodeProgram, preloadObstacle, which } from '../preload/launch.js';
 import { ADDON_FILE, addonPath, libraryPath, packageRoot } from '../preload/library.js';
-import { readMarkers, removeV8Leftovers, startWatchdog, unsplittable, type ProcessMarker } from './leftovers.js';
+import { perfMapOf, readMarkers, removeV8Leftovers, startWatchdog, unsplittable, type ProcessMarker } from './leftovers.js';
 
 const debug = debuglog('mimalloc-pprof');
 
@@ -107,7 +107,7 @@ export type RunResult =
       series?: { pid: number; n: number; file: string }[];
       /** A SIGINT or SIGTERM to run while it named the profiles: the raw profiles not yet
        * named, kept beside `out` (mimalloc-pprof symbolize names them). */
-      interrupted?: { signal: NodeJS.Signals; raw: { pid: number; file: string }[] };
+      interrupted?: { signal: NodeJS.Signals; raw: { pid: number; file: string; perfMap?: string }[]; written: { pid: number; file: string }[] };
       /** npx/npm exec NAME: the package binary run started in its place. */
       followed?: { from: string; to: string };
     };
@@ -327,9 +327,30 @@ async function launch(file: string, args: string[], argv0: string, env: NodeJS.P
 
 class Interrupted extends Error {}
 
+/** Moves V8's perf map of `pid` beside its kept raw profile (0600), so that nothing is left
+ * in /tmp and `symbolize` still names its JavaScript frames; nothing when it has none. */
+function keepPerfMap(pid: number, raw: string): { perfMap?: string } {
+  const to = perfMapBeside(raw);
+  if (to === undefined || !existsSync(perfMapOf(pid))) return {};
+  try {
+    copyFileSync(perfMapOf(pid), to);
+    chmodSync(to, 0o600);
+    return { perfMap: to };
+  } catch {
+    return {}; // not writable: the raw profile is named without JavaScript names
+  }
+}
+
 /** Where an interrupted run keeps the raw profile of `pid`: `out` with .<pid>.raw.pb. */
 export function rawPath(out: string, pid: number): string {
   return `${out.replace(/\.(pb\.gz|pb|pprof|heap|txt)$/i, '')}.${pid}.raw.pb`;
+}
+
+/** Where an interrupted run keeps the perf map that names the JavaScript frames of a raw
+ * profile kept at `raw` (rawPath): beside it, `.perf.map` for `.raw.pb`, where `symbolize`
+ * looks for it. */
+export function perfMapBeside(raw: string): string | undefined {
+  return raw.endsWith('.raw.pb') ? `${raw.slice(0, -'.raw.pb'.length)}.perf.map` : undefined;
 }
 
 /** The closing message when a run left no profile, naming the cause that fits the ending. */
@@ -513,18 +534,20 @@ export async function runProgram(opts: RunOptions): Promise<RunResult> {
       }
     } catch (e) {
       if (!(e instanceof Interrupted) || interrupted === undefined) throw e;
-      const kept: { pid: number; file: string }[] = [];
+      const kept: { pid: number; file: string; perfMap?: string }[] = [];
       for (const pid of [...raws].filter((pid) => !done.has(pid)).sort((a, b) => (a === mainPid ? -1 : b === mainPid ? 1 : a - b))) {
         const file = resolve(rawPath(opts.out, pid));
         try {
           copyFileSync(join(runDir, `raw.${pid}.pb`), file);
           chmodSync(file, 0o600);
-          kept.push({ pid, file });
+          kept.push({ pid, file, ...keepPerfMap(pid, file) });
         } catch {
           // not writable now: lost, and said so by its absence
         }
+        rmSync(perfMapOf(pid), { force: true }); // kept beside the raw profile, or of no use
       }
-      result.interrupted = { signal: interrupted, raw: kept };
+      const written = processes.filter((p) => done.has(p.pid) && p.file !== undefined).map((p) => ({ pid: p.pid, file: p.file! }));
+      result.interrupted = { signal: interrupted, raw: kept, written };
       result.status = 128 + (osConstants.signals[interrupted] ?? 15);
       return result;
     } finally {

@@ -47,10 +47,10 @@ export interface NamingReport {
  * Names the frames of a raw profile in place (see the file comment) and says how many it
  * could name. A profile without unnamed frames is left alone.
  */
-export function nameRawProfile(profile: Profile, options: { pid?: number; perfMapDir?: string } = {}): NamingReport {
+export function nameRawProfile(profile: Profile, options: { pid?: number; perfMapDir?: string; perfMapFile?: string } = {}): NamingReport {
   if (!hasUnnamedFrames(profile)) return { native: 0, javascript: 0, byFile: 0, unnamed: 0 };
   const pid = options.pid ?? recordedPid(profile);
-  const map = pid === undefined ? undefined : perfMapPath(pid, options.perfMapDir);
+  const map = options.perfMapFile ?? (pid === undefined ? undefined : perfMapPath(pid, options.perfMapDir));
   const perfMap = map !== undefined && existsSync(map) ? map : undefined;
   const { counts } = symbolize(profile, { ...(pid !== undefined ? { pid } : {}), ...(perfMap ? { perfMapPath: perfMap } : {}), trimFile: isPreloadLibrary });
   return { ...counts, ...(perfMap ? { perfMap } : {}) };

@@ -1,13 +1,14 @@
 /**
  * A SIGTERM or Ctrl-C to `run` while it names the profiles (after the program has ended)
- * keeps the raw profile beside `out`, says where and how to name it, and exits 128+signal;
+ * keeps the raw profile beside `out` and V8's perf map beside it (none left in /tmp), says
+ * where and how to name it, and exits 128+signal;
  * a run that takes more than a second to name says so in one line. The test build's
  * MIMALLOC_PPROF_TEST_NAMING_DELAY_MS holds naming open long enough to signal it. Control:
  * the same run left alone writes the named profile and keeps no raw one.
  */
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
@@ -37,15 +38,26 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     r.child.kill(signal);
     const code = await r.exited;
     assert.equal(code, signal === 'SIGTERM' ? 143 : 130, r.stderr());
-    const m = /raw profile of pid (\d+): (\S+) \(name it with: mimalloc-pprof symbolize \S+\)/.exec(r.stderr());
+    const m = /raw profile of pid (\d+): (\S+), its JavaScript names in (\S+) \(name it with: mimalloc-pprof symbolize \S+\)/.exec(r.stderr());
     assert.ok(m, r.stderr());
     const raw = m[2]!;
     assert.equal(raw, join(dir, `p.${m[1]}.raw.pb`));
     assert.equal((statSync(raw).mode & 0o777).toString(8), '600');
     assert.ok(!existsSync(join(dir, 'p.pb.gz')), 'nothing named was written');
+    // V8's perf map: moved beside the raw profile, none left in /tmp
+    const perfMap = m[3]!;
+    assert.equal(perfMap, join(dir, `p.${m[1]}.perf.map`));
+    assert.equal((statSync(perfMap).mode & 0o777).toString(8), '600');
+    assert.ok(!existsSync(`/tmp/perf-${m[1]}.map`), 'no perf map left in /tmp');
     const named = spawnSync(process.execPath, [cli, 'symbolize', raw, '-o', join(dir, 'named.pb.gz')], { encoding: 'utf8' });
     assert.equal(named.status, 0, named.stderr);
     assert.ok(existsSync(join(dir, 'named.pb.gz')));
+    assert.match(named.stderr, new RegExp(`, [1-9]\\d* JavaScript from ${perfMap.replace(/[.]/g, '\\.')}`), 'its JavaScript frames named from the map beside it');
+    // control: without that map there is nothing to name them by
+    rmSync(perfMap);
+    const bare = spawnSync(process.execPath, [cli, 'symbolize', raw, '-o', join(dir, 'bare.pb.gz')], { encoding: 'utf8' });
+    assert.equal(bare.status, 0, bare.stderr);
+    assert.match(bare.stderr, /no JavaScript \(no perf map\)/);
   });
 }
 
