@@ -44,6 +44,13 @@ void mp_cancel_restore(int saved);
 ssize_t mp_write_nocancel(int fd, const void* buf, size_t len);
 /* Sleeps about ns nanoseconds (< 1 s) without being a cancellation point. */
 void mp_pause_nocancel(long ns);
+/* open(2) relative to the working directory, read(2) (retrying EINTR) and close(2), none of
+ * them a cancellation point (raw system calls): for code reachable from the allocation paths
+ * and the fork handlers, where libc's wrappers are cancellation points. -1 with errno set on
+ * failure. */
+int mp_open_nocancel(const char* path, int flags, int mode);
+ssize_t mp_read_nocancel(int fd, void* buf, size_t len);
+void mp_close_nocancel(int fd);
 
 #pragma GCC visibility pop
 

@@ -23,11 +23,12 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "cancel.h"
 #include "internal.h"
 
 static _Atomic int map_fd = -1;
@@ -50,16 +51,19 @@ static void try_open(void) {
   if (atomic_exchange_explicit(&opening, true, memory_order_acquire)) return;
   if (atomic_load(&map_fd) < 0) {
     int saved = errno;
-    char path[48];
-    snprintf(path, sizeof(path), "/tmp/perf-%d.map", (int)getpid());
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    char path[48] = "/tmp/perf-";
+    size_t at = strlen(path);
+    at += mp_fmt_u64(path + at, (uint64_t)getpid());
+    memcpy(path + at, ".map", 5);
+    /* a sampled malloc may come here: raw system calls, no cancellation point (cancel.h) */
+    int fd = mp_open_nocancel(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
     struct stat st;
     if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid()) {
       map_dev = st.st_dev;
       map_ino = st.st_ino;
       atomic_store(&map_fd, fd);
     } else {
-      if (fd >= 0) close(fd);
+      if (fd >= 0) mp_close_nocancel(fd);
       atomic_store_explicit(&retry_at, now + RETRY_NS, memory_order_relaxed);
     }
     errno = saved;
@@ -93,7 +97,7 @@ void mp_jit_child_reinit(void) {
   int fd = atomic_exchange(&map_fd, -1);
   struct stat st;
   int saved = errno;
-  if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == map_dev && st.st_ino == map_ino) close(fd);
+  if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == map_dev && st.st_ino == map_ino) mp_close_nocancel(fd);
   errno = saved;
   atomic_store(&opening, false);
   atomic_store(&retry_at, 0);

@@ -6,11 +6,13 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <mimalloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "cancel.h"
 #include "internal.h"
 
 /* The parameters of a start from the environment. (Defined here, where the constructor
@@ -118,35 +120,42 @@ const char* mp_run_dir(void) {
  * working directory (a line: where V8 may leave its logs for run to remove), its parent's pid
  * (a line) and its command line (the rest, arguments ended by NUL), for run's summary. An
  * exec'ed image writes it again (the last image is the one whose profile run reads), and so
- * does a child that fork gives the profiler to (process.c). */
+ * does a child that fork gives the profiler to (process.c).
+ * It runs in fork's child handler, where a cancel the forking thread had pending is pending
+ * still and the stack may be nearly spent: raw system calls, no cancellation point (cancel.h),
+ * and under 1 KiB of stack; the working directory goes through a static buffer, which has one
+ * user at a time (the process's only thread then: its constructor, a new image's, a fork child). */
+static char marker_cwd[4096];
+
 void mp_mark_loaded(void) {
   const char* dir = mp_run_dir();
   if (dir == NULL) return;
-  char path[MI_PROF_DUMP_PATH_MAX];
-  size_t n = mp_strlen(dir);
-  if (n + 40 >= sizeof(path)) return;
-  memcpy(path, dir, n);
-  memcpy(path + n, "/loaded.", 8);
-  n += 8;
-  n += mp_fmt_u64(path + n, (uint64_t)getpid());
-  path[n] = 0;
+  char name[32] = "loaded.";
+  size_t n = mp_strlen(name);
+  n += mp_fmt_u64(name + n, (uint64_t)getpid());
+  name[n] = 0;
   int saved = errno;
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int dir_fd = mp_open_nocancel(dir, O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
+  int fd = dir_fd < 0 ? -1 : (int)syscall(SYS_openat, dir_fd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (dir_fd >= 0) mp_close_nocancel(dir_fd);
   if (fd >= 0) {
-    char buf[8192];
-    size_t len = 0;
-    if (getcwd(buf, 4096) != NULL) len = mp_strlen(buf);
-    buf[len++] = '\n';
-    len += mp_fmt_u64(buf + len, (uint64_t)getppid());
-    buf[len++] = '\n';
-    int cmd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    long got = syscall(SYS_getcwd, marker_cwd, sizeof(marker_cwd)); /* its length with the NUL */
+    if (got > 1) (void)mp_write_nocancel(fd, marker_cwd, (size_t)got - 1);
+    char line[48];
+    size_t k = 0;
+    line[k++] = '\n';
+    k += mp_fmt_u64(line + k, (uint64_t)getppid());
+    line[k++] = '\n';
+    (void)mp_write_nocancel(fd, line, k);
+    int cmd = mp_open_nocancel("/proc/self/cmdline", O_RDONLY | O_CLOEXEC, 0);
     if (cmd >= 0) {
-      ssize_t got = read(cmd, buf + len, sizeof(buf) - len);
-      if (got > 0) len += (size_t)got;
-      close(cmd);
+      char chunk[512];
+      ssize_t part;
+      while ((part = mp_read_nocancel(cmd, chunk, sizeof(chunk))) > 0)
+        if (mp_write_nocancel(fd, chunk, (size_t)part) < 0) break; /* run then knows less of it */
+      mp_close_nocancel(cmd);
     }
-    if (write(fd, buf, len) < 0) { /* nothing to do: run then knows only the pid */ }
-    close(fd);
+    mp_close_nocancel(fd);
   }
   errno = saved;
 }

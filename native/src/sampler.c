@@ -467,6 +467,10 @@ static void* alloc_common(mp_thread_t* t, uint64_t left, uint64_t undo, size_t s
     p = plain_alloc(size, align, zero);
   } else {
     bool was = enter_sample(t);
+    /* what fails inside the section (the memory of a thread's registration, a sample's record
+     * or its stack's scratch, refused) is not the program's: a block returned leaves errno as
+     * the program had it */
+    int saved = errno;
     mp_recorded_t recorded = {0, false};
     if (decide(t, left, size)) {
       MP_TEST_TIME_START(sample_from);
@@ -477,6 +481,7 @@ static void* alloc_common(mp_thread_t* t, uint64_t left, uint64_t undo, size_t s
     change_t change = tls_forced ? count_alloc(p, recorded) : (change_t){0};
     leave_sample(t, was);
     report(MP_EVENT_ALLOCATE, change, size);
+    if (p != NULL) errno = saved;
   }
   if (mp_unlikely(p == NULL) && (flags & MP_NEW)) p = mp_new_fail(size, align, (flags & MP_NOTHROW) != 0);
   return p;
@@ -549,6 +554,7 @@ mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
   }
   if (t->in_profiler && !mp_sample_recover(t, c.sp)) return mi_realloc(p, size);
   bool was = enter_sample(t);
+  int saved = errno; /* as in alloc_common */
   bool events = tls_forced || atomic_load_explicit(&mp_events_on, memory_order_relaxed);
   bool sampled = decide(t, left, size);
   /* Forget the record first: an in-place result would otherwise keep a stale one. */
@@ -586,7 +592,7 @@ mp_noinline void* mp_realloc_slow(void* p, size_t size, void* ra) {
   }
   leave_sample(t, was);
   report(MP_EVENT_RESIZE, change, size);
-  if (q == NULL) errno = ENOMEM;
+  errno = q == NULL ? ENOMEM : saved;
   return q;
 }
 

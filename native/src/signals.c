@@ -584,6 +584,9 @@ void mp_signals_release(void) {
 }
 
 void mp_signals_child_forget(void) { /* the held ones are the parent's to deliver */
+  /* a thread of the parent inside sigaction() at the fork: none runs here to let go, and the
+   * thread that forked never holds it (sigaction blocks every signal while it does) */
+  atomic_flag_clear_explicit(&writing, memory_order_release);
   held.n = 0;
   uint64_t rest = mp_held_signals;
   mp_held_signals = 0;

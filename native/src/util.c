@@ -47,6 +47,17 @@ void mp_pause_nocancel(long ns) {
   (void)syscall(SYS_nanosleep, &pause, NULL); /* an early wake (a signal) only shortens it */
 }
 
+int mp_open_nocancel(const char* path, int flags, int mode) { return (int)syscall(SYS_openat, AT_FDCWD, path, flags, mode); }
+
+ssize_t mp_read_nocancel(int fd, void* buf, size_t len) {
+  for (;;) {
+    long n = syscall(SYS_read, fd, buf, len);
+    if (n >= 0 || errno != EINTR) return (ssize_t)n;
+  }
+}
+
+void mp_close_nocancel(int fd) { (void)syscall(SYS_close, fd); }
+
 /* ---- spinlock ---------------------------------------------------------------------- */
 /* Critical sections are a few hash operations long, so spinning beats sleeping; yield
  * after a while in case the holder was descheduled. fork() is handled by the caller
@@ -294,11 +305,11 @@ void mp_note_process_start(void) {
 }
 
 uint64_t mp_peak_rss(void) {
-  int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/status", O_RDONLY | O_CLOEXEC);
+  int fd = mp_open_nocancel("/proc/self/status", O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) return 0;
   char buf[4096];
-  ssize_t n = (ssize_t)syscall(SYS_read, fd, buf, sizeof(buf) - 1);
-  (void)syscall(SYS_close, fd);
+  ssize_t n = mp_read_nocancel(fd, buf, sizeof(buf) - 1);
+  mp_close_nocancel(fd);
   if (n <= 0) return 0;
   buf[n] = 0;
   static const char key[] = "\nVmHWM:";

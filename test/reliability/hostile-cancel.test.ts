@@ -10,7 +10,9 @@
  *    registry locks; then a stop, a final start and a new thread's first sample must all go
  *    through;
  *  - a storm across malloc: threads lock a mutex, allocate every way (sampled, at 4 KiB) with
- *    their cancel pending, unlock, then call pthread_testcancel: no mutex may be left locked.
+ *    their cancel pending, unlock, then call pthread_testcancel: no mutex may be left locked;
+ *    again with what `run` sets (V8's perf map looked for as buckets are made, the run's folder
+ *    where every process leaves a marker), and once forking there too: each child must run.
  * Controls: the test-hooks build with MP_TEST_CANCELLABLE_API=1 (entry points left cancellable,
  * resync's pause libc's nanosleep) hangs the first storm, which the fixture's watchdog reports;
  * a fixture mode that calls usleep (a real cancellation point) inside the locked region shows
@@ -32,8 +34,13 @@ function lifecycle(libDir: string, env: Record<string, string> = {}): { r: GateR
   return { r, out: new KV(r.stdout) };
 }
 
-function mallocs(libDir: string, rounds: string, extra: string[] = []): { r: GateRun; out: KV } {
-  const r = runUnder(libDir, cFixture('cancel', libDir), ['malloc', rounds, String(THREADS), ...extra], SAMPLED, TIMEOUT_MS);
+/** What `run` sets besides (src/run/index.ts): V8's perf map looked for when a bucket is made
+ * (/tmp/perf-<pid>.map: none here, so each sample may try to open it), the run's folder, where
+ * each process, a fork child too, leaves its marker. */
+const UNDER_RUN = () => ({ MIMALLOC_PROF_PERF_MAP: '1', MIMALLOC_PPROF_RUN_DIR: fastTempDir('mpp-cancel-run-'), MIMALLOC_PROF_ACCUM: '1' });
+
+function mallocs(libDir: string, rounds: string, extra: string[] = [], env: Record<string, string> = {}): { r: GateRun; out: KV } {
+  const r = runUnder(libDir, cFixture('cancel', libDir), ['malloc', rounds, String(THREADS), ...extra], { ...SAMPLED, ...env }, TIMEOUT_MS);
   return { r, out: new KV(r.stdout) };
 }
 
@@ -75,6 +82,21 @@ test(`a pthread_cancel storm across malloc: ${THREADS} threads per round allocat
   assert.equal(out.num('cancelled_in_malloc'), 0);
   // each round's 1 MiB blocks (one a thread, kept to the round's end) are sampled at 4 KiB
   assert.ok(out.num('min_live_samples') >= THREADS, `only ${out.num('min_live_samples')} live samples: the sample path did not run`);
+});
+
+test(`the same storm as under run (perf map looked for, the run's folder): the sample path opens nothing cancellably, and a fork with a cancel pending runs its child`, (t) => {
+  for (const mode of [[], ['fork']]) {
+    const { r, out } = mallocs(productionDir, ROUNDS, mode, UNDER_RUN());
+    t.diagnostic(`${mode.join('') || 'malloc'}: ${summary(r, out)}`);
+    assert.ok(!r.timedOut && r.status === 0 && !out.has('hung'), `the storm did not end: ${summary(r, out)}`);
+    assert.equal(out.num('stuck'), 0, `${mode.join('') || 'malloc'}: threads cancelled inside the library left their mutex locked`);
+    assert.equal(out.num('cancelled_in_malloc'), 0);
+    assert.ok(out.num('min_live_samples') >= THREADS, `only ${out.num('min_live_samples')} live samples`);
+    if (mode.length > 0) {
+      assert.equal(out.num('forked'), Number(ROUNDS) * THREADS);
+      assert.equal(out.num('fork_cancelled'), 0, 'children whose pending cancel was acted on in the fork handlers');
+    }
+  }
 });
 
 test('positive control: a real cancellation point (usleep) inside the locked region leaves every mutex locked, and the counter sees it', (t) => {
