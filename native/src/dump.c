@@ -43,14 +43,34 @@ bool mp_dump(const char* path_in, mp_format_t format, bool peak) {
   mp_thread_t* t = &mp_tls;
   bool guard = t->in_profiler;
   t->in_profiler = true;
-  char path[MI_PROF_DUMP_PATH_MAX], tmp[MI_PROF_DUMP_PATH_MAX + 64];
+  /* the names off the stack, with the output's buffer: a fatal signal's dump runs on whatever
+   * stack the signalled thread has left */
+  struct names_s {
+    char path[MI_PROF_DUMP_PATH_MAX], tmp[MI_PROF_DUMP_PATH_MAX + 64];
+  }* names = NULL;
   int err = 0;
   mp_out_t* out = NULL;
   mp_snapshot_t snap;
   memset(&snap, 0, sizeof(snap));
 
-  if (path_in == NULL || !mp_expand_path(path_in, path, sizeof(path)) || !tmp_name(path, tmp, sizeof(tmp))) {
-    err = path_in == NULL || path_in[0] == 0 ? EINVAL : ENAMETOOLONG;
+  if (path_in == NULL || path_in[0] == 0) {
+    err = EINVAL;
+    goto done;
+  }
+#ifdef MP_TEST_HOOKS
+  if (mp_test_hook("MP_TEST_DUMP_STACK_HOG")) { /* the signal-stack test's control: 4 KiB more stack, as the names and reads once took */
+    volatile uint8_t* hog = __builtin_alloca(4096); /* only when asked: the frame is otherwise the production build's */
+    for (size_t i = 0; i < 4096; i += 256) hog[i] = (uint8_t)i;
+  }
+#endif
+  if ((names = mp_os_alloc_transient(sizeof(*names))) == NULL) {
+    err = ENOMEM;
+    goto done;
+  }
+  char* path = names->path;
+  char* tmp = names->tmp;
+  if (!mp_expand_path(path_in, path, sizeof(names->path)) || !tmp_name(path, tmp, sizeof(names->tmp))) {
+    err = ENAMETOOLONG;
     goto done;
   }
   mp_table_check();
@@ -101,6 +121,7 @@ bool mp_dump(const char* path_in, mp_format_t format, bool peak) {
 
 done:
   if (out != NULL) mp_os_free(out, sizeof(mp_out_t));
+  if (names != NULL) mp_os_free(names, sizeof(*names));
   if (snap.rows != NULL) mp_snapshot_free(&snap);
   mp_profiler_leave(t, guard);
   mp_cancel_restore(cancel);

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "cancel.h"
 #include "internal.h"
 
 static void out_pair(mp_out_t* out, uint64_t count, uint64_t bytes) {
@@ -33,16 +34,17 @@ static void out_stat_i(mp_out_t* out, const char* name, int64_t v) {
   mp_out_str(out, "\n");
 }
 
+/* In small pieces: a fatal signal's dump runs on whatever stack the signalled thread has left. */
 static void copy_maps(mp_out_t* out) {
-  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  int fd = mp_open_nocancel("/proc/self/maps", O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) return;
-  char buf[4096];
+  char buf[512];
   for (;;) {
-    ssize_t n = read(fd, buf, sizeof(buf));
+    ssize_t n = mp_read_nocancel(fd, buf, sizeof(buf));
     if (n <= 0) break;
     mp_out_bytes(out, buf, (size_t)n);
   }
-  close(fd);
+  mp_close_nocancel(fd);
 }
 
 void mp_write_text(mp_out_t* out, const mp_snapshot_t* snap) {

@@ -304,23 +304,39 @@ void mp_note_process_start(void) {
   mp_process_start_ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* Read in small pieces: a fatal signal's dump calls it on whatever stack the signalled thread
+ * has left (the key may straddle two pieces: the tail of one is kept before the next). */
 uint64_t mp_peak_rss(void) {
+  static const char key[] = "\nVmHWM:";
+  enum { KEY = sizeof(key) - 1, PIECE = 256 };
   int fd = mp_open_nocancel("/proc/self/status", O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) return 0;
-  char buf[4096];
-  ssize_t n = mp_read_nocancel(fd, buf, sizeof(buf) - 1);
-  mp_close_nocancel(fd);
-  if (n <= 0) return 0;
-  buf[n] = 0;
-  static const char key[] = "\nVmHWM:";
-  for (ssize_t i = 0; i + (ssize_t)sizeof(key) - 1 <= n; i++) {
-    if (memcmp(buf + i, key, sizeof(key) - 1) != 0) continue;
-    uint64_t kb = 0;
-    for (char* c = buf + i + sizeof(key) - 1; *c != 0 && *c != '\n'; c++)
-      if (*c >= '0' && *c <= '9') kb = kb * 10 + (uint64_t)(*c - '0');
-    return kb * 1024;
+  char buf[KEY + PIECE + 1];
+  size_t kept = 0;
+  bool found = false;
+  uint64_t kb = 0;
+  for (;;) {
+    ssize_t n = mp_read_nocancel(fd, buf + kept, PIECE);
+    if (n <= 0) break;
+    size_t len = kept + (size_t)n, i = 0;
+    buf[len] = 0;
+    if (!found) {
+      for (; i + KEY <= len && memcmp(buf + i, key, KEY) != 0; i++) {}
+      if (i + KEY > len) { /* not in this piece: its last KEY - 1 bytes may begin it */
+        kept = len < KEY - 1 ? len : KEY - 1;
+        memmove(buf, buf + len - kept, kept);
+        continue;
+      }
+      found = true;
+      i += KEY;
+    }
+    for (; i < len && buf[i] != '\n'; i++) /* the figure may itself straddle pieces */
+      if (buf[i] >= '0' && buf[i] <= '9') kb = kb * 10 + (uint64_t)(buf[i] - '0');
+    if (i < len) break;
+    kept = 0;
   }
-  return 0;
+  mp_close_nocancel(fd);
+  return found ? kb * 1024 : 0;
 }
 
 unsigned mp_struct_version(const void* s, size_t size_now, size_t size_v1) {
