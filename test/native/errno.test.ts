@@ -8,14 +8,21 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import { fixture, runPreloaded, runTarget } from '../helpers.js';
-import { onCross } from '../mimalloc.js';
+import { mimallocVersion, onCross } from '../mimalloc.js';
 
 const parse = (stdout: string) => Object.fromEntries([...stdout.matchAll(/(\w+)=(\d+)/g)].map((m) => [m[1]!, Number(m[2])]));
 
 // qemu-user keeps the guest's address space limit to itself: the cap never refuses anything
 const QEMU_NO_RLIMIT_AS = onCross ? 'qemu-user: RLIMIT_AS does not bound the emulated program (its blocks never run out)' : false;
+// mimalloc 3.0.1 by itself (its own libmimalloc.so.3 preloaded, no profiler) writes through a
+// null pointer in malloc when the address space runs out after the program has mapped memory of
+// its own (3 of 3 runs, SIGSEGV, with 128 KiB to 1 MiB of headroom; mimalloc 2.0.9 answers NULL):
+// the profiler's own mappings take that part here
+const MI3_CRASHES_AT_THE_CAP = mimallocVersion().startsWith('3.0.')
+  ? 'mimalloc 3.0.1 itself crashes (SIGSEGV in malloc) when the address space runs out after the program mapped memory of its own'
+  : false;
 
-test('successful mallocs leave errno alone while the profiler\'s own mappings are refused (RLIMIT_AS)', { skip: QEMU_NO_RLIMIT_AS }, () => {
+test('successful mallocs leave errno alone while the profiler\'s own mappings are refused (RLIMIT_AS)', { skip: QEMU_NO_RLIMIT_AS || MI3_CRASHES_AT_THE_CAP }, () => {
   const bin = fixture('errno_tight');
   const plain = runTarget(bin, ['128']);
   assert.equal(plain.status, 0, plain.stderr);
