@@ -656,6 +656,8 @@ void mp_signals_install(bool with_exit_profile); /* at load, in a process the pr
  * sig-1: blocked on this thread until it releases its last lock (mp_unlock), then delivered in order. */
 extern __thread uint64_t mp_held_signals __attribute__((tls_model("initial-exec")));
 void mp_signals_release(void);
+void mp_signals_fork_prepare(void); /* fork: no sigaction() under way across it */
+void mp_signals_fork_parent(void);
 void mp_signals_child_forget(void); /* fork child */
 
 /* ---- lifecycle.c: load and exit ---- */

@@ -34,12 +34,14 @@ static void fork_prepare(void) {
   mp_events_fork_prepare();
   mp_window_fork_prepare();
   mp_resident_fork_prepare();
+  mp_signals_fork_prepare();
   /* from here to the parent handler nothing waits: a fatal signal waits for it (signals.c) */
   fork_in_sample = mp_tls.in_sample;
   mp_tls.in_sample = true;
 }
 
 static void fork_parent(void) {
+  mp_signals_fork_parent();
   mp_resident_fork_parent();
   mp_window_fork_parent();
   mp_events_fork_parent();

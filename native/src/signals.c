@@ -583,10 +583,27 @@ void mp_signals_release(void) {
   errno = saved;
 }
 
-void mp_signals_child_forget(void) { /* the held ones are the parent's to deliver */
-  /* a thread of the parent inside sigaction() at the fork: none runs here to let go, and the
-   * thread that forked never holds it (sigaction blocks every signal while it does) */
+/* fork() waits for a sigaction() under way in another thread, so that the child finds every
+ * view whole and `writing` free (it would otherwise inherit both half-written, with no thread
+ * to finish them). Every signal is blocked on the forking thread meanwhile, as sigaction()
+ * blocks them while it holds `writing`: a handler that calls sigaction() cannot come in
+ * between. The mask is per thread: two threads may fork at once, one after the other here. */
+static __thread uint64_t fork_mask;
+
+void mp_signals_fork_prepare(void) {
+  uint64_t all = ~(uint64_t)0;
+  (void)syscall(SYS_rt_sigprocmask, SIG_BLOCK, &all, &fork_mask, sizeof(all));
+  while (atomic_flag_test_and_set_explicit(&writing, memory_order_acquire)) mp_spin_hint();
+}
+
+void mp_signals_fork_parent(void) {
   atomic_flag_clear_explicit(&writing, memory_order_release);
+  (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &fork_mask, NULL, sizeof(fork_mask));
+}
+
+void mp_signals_child_forget(void) { /* the held ones are the parent's to deliver */
+  atomic_flag_clear_explicit(&writing, memory_order_release); /* taken by this thread's prepare */
+  (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &fork_mask, NULL, sizeof(fork_mask));
   held.n = 0;
   uint64_t rest = mp_held_signals;
   mp_held_signals = 0;

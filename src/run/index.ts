@@ -11,7 +11,7 @@
  * symbolised here, in this process, and written next to `out`.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { accessSync, chmodSync, closeSync, copyFileSync, constants as fsConstants, existsSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { accessSync, chmodSync, closeSync, copyFileSync, constants as fsConstants, existsSync, lstatSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { constants as osConstants, tmpdir } from 'node:os';
 import { basename, dirname, extname, join, resolve } from 'node:path';
 import { debuglog } from 'node:util';
@@ -331,8 +331,12 @@ class Interrupted extends Error {}
  * in /tmp and `symbolize` still names its JavaScript frames; nothing when it has none. */
 function keepPerfMap(pid: number, raw: string): { perfMap?: string } {
   const to = perfMapBeside(raw);
-  if (to === undefined || !existsSync(perfMapOf(pid))) return {};
+  if (to === undefined) return {};
   try {
+    // /tmp is everyone's: only a regular file of this user, not followed through a link (as
+    // the preload opens it, native/src/jitmap.c)
+    const st = lstatSync(perfMapOf(pid));
+    if (!st.isFile() || (process.getuid !== undefined && st.uid !== process.getuid())) return {};
     copyFileSync(perfMapOf(pid), to);
     chmodSync(to, 0o600);
     return { perfMap: to };
@@ -544,7 +548,11 @@ export async function runProgram(opts: RunOptions): Promise<RunResult> {
         } catch {
           // not writable now: lost, and said so by its absence
         }
-        rmSync(perfMapOf(pid), { force: true }); // kept beside the raw profile, or of no use
+        try {
+          rmSync(perfMapOf(pid), { force: true }); // kept beside the raw profile, or of no use
+        } catch {
+          // not ours to remove (another user's, in sticky /tmp)
+        }
       }
       const written = processes.filter((p) => done.has(p.pid) && p.file !== undefined).map((p) => ({ pid: p.pid, file: p.file! }));
       result.interrupted = { signal: interrupted, raw: kept, written };

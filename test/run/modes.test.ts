@@ -57,7 +57,7 @@ test('run writes its profile and report 0600 under umask 022; the command line i
   assert.equal(plain.html.toString(8), '600');
   assert.match(plain.profileText, /--password=hunter2/);
   assert.match(plain.htmlText, /--password=hunter2/);
-  assert.match(plain.stderr, /^ .* -e 0 -- --token=swordfish$/m, 'the table of processes: the child\'s command line (the main one\'s is cut at 100 characters)');
+  assert.match(plain.stderr, /^[ *m] .* -e 0 -- --token=swordfish$/m, 'the table of processes: the child\'s command line (the main one\'s is cut at 100 characters)');
 
   const hidden = runUnderUmask(['--no-cmdline']);
   assert.equal(hidden.profile.toString(8), '600');
