@@ -112,10 +112,9 @@ const COMMA = ','.charCodeAt(0);
  * A code object's source position table, `C<code offset>O<script offset>[I<inlining id>]...`:
  * its code offsets in ascending order and each entry's inlining id (−1: none). Read by hand,
  * not by a regular expression: optimised code's tables are most of a log's bytes. The table is
- * `text` from `from` to `end`, read where it lies (a log's line is not copied out for it).
+ * `table` from `from` to `end`, read where it lies (a log's line is not copied out for it).
  */
-export function positionTable(text: string, from = 0, end = text.length): { offsets: Int32Array; ids: Int32Array } {
-  const table = text;
+export function positionTable(table: string, from = 0, end = table.length): { offsets: Int32Array; ids: Int32Array } {
   let n = 0;
   for (let i = from; i < end; i++) if (table.charCodeAt(i) === 67 /* C */) n++;
   const offsets = new Int32Array(n);

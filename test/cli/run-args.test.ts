@@ -5,6 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
@@ -39,6 +40,7 @@ test('run --format text writes text, to mimalloc-pprof.heap; a mismatched --out 
   const r = spawnSync(process.execPath, [cli, 'run', '--format', 'text', '--top', '0', '--', process.execPath, '-e', 'globalThis.k = Buffer.alloc(1 << 20, 1)'], { cwd: dir, encoding: 'utf8', timeout: 60_000 });
   assert.equal(r.status, 0, r.stderr);
   assert.match(r.stderr, /wrote \S*mimalloc-pprof\.heap\n/);
+  assert.match(readFileSync(join(dir, 'mimalloc-pprof.heap'), 'latin1'), /^heap profile: /, 'heap_v2 text, not a gzipped proto');
   const bad = spawnSync(process.execPath, [cli, 'run', '--format', 'text', '--out', 'x.pb.gz', '--', 'true'], { cwd: dir, encoding: 'utf8', timeout: 60_000 });
   assert.equal(bad.status, 2);
   assert.equal(bad.stderr.trim().split('\n').length, 1, bad.stderr);
