@@ -6,8 +6,16 @@
 // naming it.
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 
 const needs = [
+  // the system's mimalloc (Debian 12: 2.0.9), which the first pass of the native suites and
+  // compare's plain-mimalloc arm run against (test/mimalloc.ts); without it `npm install` built
+  // the library against a static copy from Debian's source, rebuilt below once it is here
+  ['sh:test -e /usr/include/mimalloc.h && ldconfig -p | grep -qF libmimalloc.so.2', 'libmimalloc-dev'],
   ['go', 'golang-go'],
   ['valgrind', 'valgrind'],
   ['g++', 'g++'],
@@ -39,6 +47,9 @@ if (missing.length > 0) {
     const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
     execFileSync('apt-get', ['update', '-qq'], { stdio: 'inherit', env });
     execFileSync('apt-get', ['install', '-y', '-qq', ...missing], { stdio: 'inherit', env });
+    if (missing.includes('libmimalloc-dev')) {
+      execFileSync(process.execPath, [join(root, 'scripts', 'setup.mjs')], { stdio: 'inherit' });
+    }
   } else {
     console.error(`mimalloc-pprof tests: missing ${missing.join(', ')}; install them first`);
     process.exit(1);
@@ -63,9 +74,6 @@ ensureNodes();
 
 // The debug build (internal assertions on) that the gates run on once more, and the test-hooks build.
 {
-  const { join, dirname } = await import('node:path');
-  const { fileURLToPath } = await import('node:url');
-  const root = join(dirname(fileURLToPath(import.meta.url)), '..');
   const r = spawnSync('make', ['-s', '-j2', '-C', join(root, 'native'), `BUILD=${join(root, 'build', 'debug')}`, 'DEBUG=1'], { stdio: 'inherit' });
   if (r.status !== 0) {
     console.error('mimalloc-pprof tests: the debug build failed (see above)');
