@@ -2,7 +2,7 @@
 // What profiling costs a Node process, against what jemalloc's profiler costs it, measured in
 // the same paired run (see bench/README.md).
 //
-//   node bench/node-profiler.mjs [--blocks 40] [--pairs 20] [--design plain|pinned] [--workload mix,http-workers] [--json] [--write] [--quick]
+//   node bench/node-profiler.mjs [--blocks 40] [--pairs 20] [--design plain|pinned] [--workload mix,http-workers] [--unwind-cache on|off] [--json] [--write] [--quick]
 //
 // Figures:
 //  - for each workload (node-mix.cjs 40: Buffers, zlib, JSON and crypto on the main thread;
@@ -49,6 +49,7 @@ const { values } = parseArgs({
     write: { type: 'boolean', default: false },
     design: { type: 'string' },
     workload: { type: 'string', default: 'mix,http-workers' },
+    'unwind-cache': { type: 'string', default: 'on' },
   },
 });
 const blocks = values.quick ? 2 : Number(values.blocks);
@@ -70,6 +71,10 @@ const taskset = spawnSync('taskset', ['-c', pinCpu, 'true']).status === 0;
 const design = values.design ?? 'plain';
 if (design !== 'pinned' && design !== 'plain') die(`--design is pinned or plain, not ${design}`);
 if (design === 'pinned' && !taskset) die('--design pinned needs taskset (util-linux)');
+// on: the profiling arms keep their unwind rules between runs in a folder of this benchmark's, as
+// `run` does in the cache folder (MIMALLOC_PROF_UNWIND_CACHE); compare's warm-up block fills it
+const unwindCache = values['unwind-cache'];
+if (unwindCache !== 'on' && unwindCache !== 'off') die(`--unwind-cache is on or off, not ${unwindCache}`);
 const lib = join(root, 'build', 'libmimalloc-pprof.so');
 const cli = join(root, 'dist', 'src', 'cli', 'bin.js');
 const work = mkdtempSync(join(tmpdir(), 'mpp-bench-node-profiler-'));
@@ -112,6 +117,7 @@ function measure(id) {
   const compareArgv = [...pin, process.execPath, cli, 'compare',
     '--allocators', 'stopped=mimalloc-pprof,profiling=mimalloc-pprof-profiling,idle=mimalloc-pprof-profiling,jemalloc,jeprof=jemalloc,jeidle=jemalloc',
     '--env', 'idle:MIMALLOC_PROF_SAMPLE_INTERVAL=1024g',
+    ...(unwindCache === 'on' ? ['profiling', 'idle'].flatMap((arm) => ['--env', `${arm}:MIMALLOC_PROF_UNWIND_CACHE=${join(work, `unwind-${id}`)}`]) : []),
     '--env', 'jeprof:MALLOC_CONF=prof:true,lg_prof_sample:19', '--env', 'jeidle:MALLOC_CONF=prof:true,lg_prof_sample:40',
     '--baseline', 'stopped', '--blocks', String(blocks), '--seed', '20261203', '--counts', 'off', '--quiet', '--json', jsonOut,
     '--', ...command];
@@ -142,7 +148,7 @@ function measure(id) {
       jemallocSamples: ratio(estimate(logRatio(key, 'jeprof', 'jeidle'))),
     };
   }
-  return { id, file: w.file, arg: w.arg, title: w.title, blocks: complete.length, costs, split };
+  return { id, file: w.file, arg: w.arg, title: w.title, blocks: complete.length, unwindCache, costs, split };
 }
 const measured = chosen.map(measure);
 

@@ -98,6 +98,7 @@ typedef struct mp_options_s {
   size_t arena_bytes;     /* MIMALLOC_PROF_ARENA_SIZE: read and checked, no longer used (sampler.c) */
   bool direct;            /* MIMALLOC_PROF_DIRECT: PLT slots bound to the watching entry points (bind.c) */
   bool perf_map;          /* MIMALLOC_PROF_PERF_MAP: buckets keep V8's perf map size (jitmap.c) */
+  char unwind_cache[MI_PROF_DUMP_PATH_MAX]; /* MIMALLOC_PROF_UNWIND_CACHE: the folder of rulefile.c, "" none */
 #define MP_ARENA_MIN ((size_t)64 << 20) /* below, mimalloc may not carve one arena page */
 } mp_options_t;
 
@@ -442,6 +443,17 @@ void mp_unwind_init(void);          /* once, before the first rule is asked */
 void mp_unwind_prefetch(uintptr_t pc); /* a hint that pc's rule is asked soon; no effect on results */
 /* misses parsed; bytes of pages handed back, in how many madvise calls */
 void mp_unwind_counts(uint64_t* parsed, uint64_t* given, uint64_t* give_calls);
+/* The cache's slots, for the rules kept between runs: slot i's code address and packed rule
+ * (false: empty, or being written); a rule put in as if a miss had found it; whether a packed
+ * rule is one a miss can find. */
+#define MP_UNWIND_SLOTS 4096u
+bool mp_unwind_slot(unsigned i, uintptr_t* pc, uint64_t* rule);
+void mp_unwind_remember(uintptr_t pc, uint64_t rule);
+bool mp_unwind_rule_valid(uint64_t rule);
+
+/* ---- rulefile.c: the unwind rules kept between runs (MIMALLOC_PROF_UNWIND_CACHE) ---- */
+void mp_rules_load(void); /* where profiling starts: the loaded objects' files into the cache */
+void mp_rules_save(void); /* at exit: the cache's rules, a file per object */
 
 /* ---- stack.c ---- */
 void mp_stack_init(void);          /* warm up the unwinder, learn our own text range */

@@ -55,6 +55,15 @@ static void dump_at_exit(void) {
   }
 }
 
+/* The unwind rules for the next run (rulefile.c), unless exit interrupted the profiler. */
+static void save_rules_at_exit(void) {
+  bool guard = mp_tls.in_profiler;
+  if (guard) return;
+  mp_tls.in_profiler = true;
+  mp_rules_save();
+  mp_profiler_leave(&mp_tls, guard);
+}
+
 static void say_verbose(void) {
   char line[1024];
   size_t n = 0;
@@ -234,6 +243,7 @@ __attribute__((constructor)) static void mp_load(void) {
   mi_free(mi_malloc(1));
   errno = saved;
   atexit(dump_at_exit);
+  atexit(save_rules_at_exit);
   mp_profiler_leave(&mp_tls, false);
   if (mp_env.prof) {
     params_t p;

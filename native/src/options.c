@@ -183,6 +183,7 @@ void mp_options_init(void) {
       {"PROF_ARENA_SIZE", K_SIZE, &o->arena_bytes, &ignored},
       {"PROF_DIRECT", K_BOOL, &o->direct, &ignored},
       {"PROF_PERF_MAP", K_BOOL, &o->perf_map, &ignored},
+      {"PROF_UNWIND_CACHE", K_PATH, o->unwind_cache, &ignored},
   };
   for (size_t i = 0; i < sizeof(table) / sizeof(*table); i++) {
     const char* s = find_env(table[i].name);

@@ -142,6 +142,7 @@ void mp_stack_init(void) {
   learn_text((void*)&mp_stack_capture, &self_text);
   learn_text((void*)&getpid, &libc_text);
   mp_unwind_init();
+  mp_rules_load();
 #if MP_UNWIND_CFI && defined(MP_TEST_HOOKS)
   /* here, not at the first check: a sample inside atexit's own allocation holds its lock */
   if (mp_test_hook("MP_TEST_UNWIND_CHECK") || mp_test_hook("MP_TEST_UNWIND_COUNTS")) atexit(report_check);

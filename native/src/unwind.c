@@ -39,6 +39,7 @@
 #include <errno.h>
 #include <link.h>
 #include <sched.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
@@ -886,7 +887,7 @@ static void lookup_uncached(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule
   object_t* o = object_of(hdr, &info);
   atomic_fetch_add_explicit(&rules_parsed, 1, memory_order_relaxed);
   uintptr_t fde = fde_of(walk, o, hdr, pc);
-  mp_unwind_rule_t r;
+  mp_unwind_rule_t r = *out; /* what rule_from_fde does not set stays zero: a rule packs the same every time */
   if (fde != 0 && rule_from_fde(walk, o, o != NULL ? &o->cies : NULL, fde, pc, (uintptr_t)hdr, &r)) *out = r;
   MP_TEST_TIME_END(MP_TIME_MISS, miss_from);
 }
@@ -899,10 +900,13 @@ void mp_unwind_counts(uint64_t* parsed, uint64_t* given, uint64_t* calls) {
 
 /* ---- the cache ---------------------------------------------------------------------------------- */
 /* Set-associative: a pc's rule may sit in any of the CACHE_WAYS slots of one cache line, so a
- * lookup reads one line, and the ~500 distinct return addresses of a Node process fit with room
- * to spare (a direct-mapped table of the same size would lose a fifth of them to collisions).
- * 32 KiB, made resident when profiling starts (mp_unwind_init). */
-#define CACHE_SETS 512u
+ * lookup reads one line (a direct-mapped table of the same size would lose a fifth of its
+ * entries to collisions). A short Node service meets ~1,500 distinct return addresses of node
+ * and ~300 of JIT code; the rules kept between runs (rulefile.c) gather more of node's from run
+ * to run (2,100 after four runs of bench/fixtures/http-workers.cjs), for which 2048 slots left a
+ * full set evicting what a later run needed again. 64 KiB, made resident when profiling starts
+ * (mp_unwind_init). */
+#define CACHE_SETS 1024u
 #define CACHE_WAYS 4u
 #define CACHE_PC_LIMIT ((uintptr_t)1 << 48) /* a pc shares its word with a 16-bit sequence */
 
@@ -924,8 +928,8 @@ static set_t cache[CACHE_SETS];
 static atomic_flag writer = ATOMIC_FLAG_INIT;
 static unsigned next_victim; /* under `writer` */
 
-_Static_assert(CACHE_SETS == 512u, "set_of takes the hash's top 9 bits");
-static inline set_t* set_of(uintptr_t pc) { return &cache[(size_t)((pc * 0x9E3779B97F4A7C15ull) >> 55) & (CACHE_SETS - 1)]; }
+_Static_assert(CACHE_SETS == 1024u, "set_of takes the hash's top 10 bits");
+static inline set_t* set_of(uintptr_t pc) { return &cache[(size_t)((pc * 0x9E3779B97F4A7C15ull) >> 54) & (CACHE_SETS - 1)]; }
 
 static inline uint64_t pack(const mp_unwind_rule_t* r) {
   uint64_t v;
@@ -947,6 +951,25 @@ static bool cached(const set_t* set, uintptr_t pc, mp_unwind_rule_t* out) {
   return false;
 }
 
+/* Writes pc's rule into its set; skipped while another thread writes (it is asked again at
+ * its next miss). */
+static void put(set_t* set, uintptr_t pc, uint64_t rule) {
+  if (atomic_flag_test_and_set_explicit(&writer, memory_order_acquire)) return; /* someone else writes */
+  unsigned i = 0;
+  while (i < CACHE_WAYS && (atomic_load_explicit(&set->way[i].tag, memory_order_relaxed) >> 16) != 0 &&
+         (atomic_load_explicit(&set->way[i].tag, memory_order_relaxed) >> 16) != pc)
+    i++;
+  if (i == CACHE_WAYS) i = next_victim++ % CACHE_WAYS; /* full: round robin */
+  slot_t* s = &set->way[i];
+  uint64_t tag = atomic_load_explicit(&s->tag, memory_order_relaxed);
+  uint64_t seq = (tag & 0xfffe) + 1; /* odd; writers take turns (a fork child may inherit an odd one) */
+  atomic_store_explicit(&s->tag, (tag & ~(uint64_t)0xffff) | seq, memory_order_relaxed);
+  atomic_thread_fence(memory_order_release);
+  atomic_store_explicit(&s->rule, rule, memory_order_relaxed);
+  atomic_store_explicit(&s->tag, (uint64_t)pc << 16 | ((seq + 1) & 0xffff), memory_order_release);
+  atomic_flag_clear_explicit(&writer, memory_order_release);
+}
+
 void mp_unwind_rule(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule_t* out) {
 #ifdef MP_TEST_HOOKS
   if (mp_test_hook("MP_TEST_UNWIND_NOCACHE")) { /* every lookup a miss */
@@ -961,18 +984,60 @@ void mp_unwind_rule(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule_t* out)
   set_t* set = set_of(pc);
   if (cached(set, pc, out)) return;
   lookup_uncached(walk, pc, out);
-  if (atomic_flag_test_and_set_explicit(&writer, memory_order_acquire)) return; /* someone else writes */
-  unsigned i = 0;
-  while (i < CACHE_WAYS && (atomic_load_explicit(&set->way[i].tag, memory_order_relaxed) >> 16) != 0) i++;
-  if (i == CACHE_WAYS) i = next_victim++ % CACHE_WAYS; /* full: round robin */
-  slot_t* s = &set->way[i];
-  uint64_t tag = atomic_load_explicit(&s->tag, memory_order_relaxed);
-  uint64_t seq = (tag & 0xfffe) + 1; /* odd; writers take turns (a fork child may inherit an odd one) */
-  atomic_store_explicit(&s->tag, (tag & ~(uint64_t)0xffff) | seq, memory_order_relaxed);
-  atomic_thread_fence(memory_order_release);
-  atomic_store_explicit(&s->rule, pack(out), memory_order_relaxed);
-  atomic_store_explicit(&s->tag, (uint64_t)pc << 16 | ((seq + 1) & 0xffff), memory_order_release);
-  atomic_flag_clear_explicit(&writer, memory_order_release);
+  put(set, pc, pack(out));
+}
+
+/* ---- the cache's contents, kept between runs (rulefile.c) ------------------------------------- */
+_Static_assert(CACHE_SETS * CACHE_WAYS == MP_UNWIND_SLOTS, "rulefile.c reads every slot");
+
+bool mp_unwind_slot(unsigned i, uintptr_t* pc, uint64_t* rule) {
+  const slot_t* s = &cache[i / CACHE_WAYS].way[i % CACHE_WAYS];
+  uint64_t tag = atomic_load_explicit(&s->tag, memory_order_acquire);
+  if ((tag >> 16) == 0 || (tag & 1) != 0) return false;
+  uint64_t v = atomic_load_explicit(&s->rule, memory_order_relaxed);
+  atomic_thread_fence(memory_order_acquire);
+  if (atomic_load_explicit(&s->tag, memory_order_relaxed) != tag) return false;
+  *pc = (uintptr_t)(tag >> 16);
+  *rule = v;
+  return true;
+}
+
+void mp_unwind_remember(uintptr_t pc, uint64_t rule) {
+  if (pc == 0 || pc >= CACHE_PC_LIMIT) return;
+#if MP_DEBUG_ON
+  mp_unwind_rule_t fresh;
+  lookup_uncached(NULL, pc, &fresh);
+  mp_assert(pack(&fresh) == rule); /* a rule kept between runs is the one the tables give */
+#endif
+  put(set_of(pc), pc, rule);
+}
+
+/* Whether `rule` is one lookup_uncached can return: what it leaves unset is zero (its start). */
+bool mp_unwind_rule_valid(uint64_t rule) {
+  mp_unwind_rule_t r;
+#if !defined(__aarch64__)
+  uint8_t flag; /* a bool's byte: 0 or 1, else reading it as a bool is undefined */
+  memcpy(&flag, (const uint8_t*)&rule + offsetof(mp_unwind_rule_t, cfa_rbp), 1);
+  if (flag > 1) return false;
+#endif
+  memcpy(&r, &rule, sizeof(r));
+  mp_unwind_rule_t zero = {.kind = r.kind};
+  switch (r.kind) {
+    case MP_RULE_FP:
+    case MP_RULE_END:
+    case MP_RULE_SIGNAL:
+      return memcmp(&r, &zero, sizeof(r)) == 0;
+    case MP_RULE_DRAP:
+      return r.cfa_rbp && (r.cfa_off & 7) == 0 && (r.fp_off & 7) == 0;
+    case MP_RULE_CFI:
+#if defined(__aarch64__)
+      return r.cfa_off >= 0 && r.fp_off <= 0 && (r.fp_off & 7) == 0;
+#else
+      return r.cfa_off > 0 && r.fp_off <= 0 && (r.fp_off & 7) == 0;
+#endif
+    default:
+      return false;
+  }
 }
 
 void mp_unwind_child_reinit(void) { /* the child's only thread is the one that forked */
@@ -1014,5 +1079,8 @@ void mp_unwind_walk_end(mp_unwind_walk_t* walk) { (void)walk; }
 void mp_unwind_init(void) {}
 void mp_unwind_prefetch(uintptr_t pc) { (void)pc; }
 void mp_unwind_counts(uint64_t* parsed, uint64_t* given, uint64_t* calls) { *parsed = *given = *calls = 0; }
+bool mp_unwind_slot(unsigned i, uintptr_t* pc, uint64_t* rule) { (void)i; (void)pc; (void)rule; return false; }
+void mp_unwind_remember(uintptr_t pc, uint64_t rule) { (void)pc; (void)rule; }
+bool mp_unwind_rule_valid(uint64_t rule) { (void)rule; return false; }
 
 #endif

@@ -11,7 +11,7 @@
  * symbolised here, in this process, and written next to `out`.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { accessSync, chmodSync, closeSync, copyFileSync, constants as fsConstants, existsSync, lstatSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { accessSync, chmodSync, closeSync, copyFileSync, constants as fsConstants, existsSync, lstatSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { constants as osConstants, tmpdir } from 'node:os';
 import { basename, dirname, extname, join, resolve } from 'node:path';
 import { debuglog } from 'node:util';
@@ -19,6 +19,7 @@ import { debuglog } from 'node:util';
 import type { Profile } from '../profile/pprof.js';
 import type { PeakInfo } from '../profile/peak.js';
 import type { RssBreakdown } from '../profile/rss.js';
+import { cacheFolder } from '../cache-folder.js';
 import { UsageError } from '../errors.js';
 import { denoExecutable, isNodeProgram, preloadObstacle, which } from '../preload/launch.js';
 import { ADDON_FILE, addonPath, libraryPath, packageRoot } from '../preload/library.js';
@@ -247,6 +248,11 @@ function programEnv(opts: RunOptions, runDir: string, isNode: boolean): NodeJS.P
     // each sample carries how far V8's perf map had been written when its stack was taken
     // (V8 reuses freed code's addresses: native/src/jitmap.c, src/symbolize/perfmap.ts)
     env.MIMALLOC_PROF_PERF_MAP = '1';
+    // the unwind rules met in this run, for the next one (native/src/rulefile.c): a process
+    // restarted under run pays for the stacks' first sightings once per binary, not each time
+    // (MIMALLOC_PPROF_CACHE_DIR says where, or off)
+    const unwindCache = unwindCacheFolder();
+    if (unwindCache !== undefined) env.MIMALLOC_PROF_UNWIND_CACHE = unwindCache;
     // Any process of the run may be Node (npx, shebang scripts, children): the options are
     // inert elsewhere. They name JIT and interpreted frames, and dump before teardown.
     // the addon built with the preloaded library (MIMALLOC_PPROF_LIB may name another
@@ -265,6 +271,20 @@ function programEnv(opts: RunOptions, runDir: string, isNode: boolean): NodeJS.P
       .join(' ');
   }
   return env;
+}
+
+/** The unwind rules' folder in the package's cache folder, made (0700) if missing; undefined
+ * without a cache folder (MIMALLOC_PPROF_CACHE_DIR=off) or when it cannot be made. */
+function unwindCacheFolder(): string | undefined {
+  const base = cacheFolder();
+  if (base === undefined) return undefined;
+  const dir = join(base, 'unwind');
+  try {
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    return dir;
+  } catch {
+    return undefined;
+  }
 }
 
 /**
