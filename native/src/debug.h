@@ -33,6 +33,9 @@ typedef enum mp_lock_level_e {
   MP_LEVEL_BUCKETS,    /* bucket shards (table.c): taken under a record shard, never the reverse */
   MP_LEVEL_CALLBACKS,  /* the memory-events callback table's writers (events.c), taken alone */
   MP_LEVEL_WINDOW,     /* the window's set (window.c): a leaf, after the callbacks' in fork's prepare */
+  MP_LEVEL_UNWIND_SETUP, /* unwind.c: an object's setup (its search table read), under objects_writer */
+  MP_LEVEL_UNWIND,     /* unwind.c's writers (the rule cache, a CIE memo, the pages pending): leaves,
+                          each tried once, never waited for */
 } mp_lock_level_t;
 
 #endif

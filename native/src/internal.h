@@ -52,6 +52,7 @@ typedef struct mp_lock_s {
 #define MP_LOCK_INIT(lvl) {.held = 0, .level = (lvl)}
 void mp_lock(mp_lock_t* lock);
 bool mp_lock_briefly(mp_lock_t* lock); /* mp_lock that gives up after a short spin: false, not held */
+bool mp_lock_try(mp_lock_t* lock);     /* one attempt: false, not held */
 void mp_unlock(mp_lock_t* lock);
 void mp_lock_reset(mp_lock_t* lock); /* fork child only */
 void mp_locks_forget(void);          /* fork child only: this thread holds nothing (debug) */

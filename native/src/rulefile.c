@@ -15,8 +15,10 @@
  *    and every entry is a rule this build can make at an offset inside the object's loaded
  *    span; else it is ignored whole and the object's rules come from its tables as before;
  *  - reading happens where profiling starts (the load constructor or mi_prof_start: never
- *    inside an allocation), writing at exit; both through raw system calls (no cancellation
- *    point), with no descriptor kept, into memory mapped for the purpose and unmapped after;
+ *    inside an allocation), writing at exit (atexit); both through raw system calls (no
+ *    cancellation point), with no descriptor kept, into memory mapped for the purpose and
+ *    unmapped after. A process ended by a signal keeps nothing: the objects are listed with
+ *    dl_iterate_phdr, which takes the loader's lock, not to be waited for in a handler;
  *  - a file is written beside its name (O_EXCL, 0600) and renamed over it: a reader sees a
  *    whole file or the one before; processes that exit together each write a whole one;
  *  - objects without a build id, JIT code, the vDSO and this library are never kept (a rule

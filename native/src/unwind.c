@@ -392,7 +392,7 @@ static bool parse_cie(uintptr_t at, cie_t* cie) {
 #define CIES_MAX 4
 #define CIE_INSNS_MAX 64
 struct cie_memo_s {
-  atomic_flag writer;
+  mp_lock_t writer; /* its level set with the object (object_setup) */
   struct {
     _Atomic uintptr_t at;
     cie_t cie;
@@ -414,7 +414,7 @@ static bool cie_recall(cie_memo_t* m, uintptr_t at, cie_t* out) {
 
 static void cie_keep(cie_memo_t* m, uintptr_t at, const cie_t* cie) {
   size_t len = (size_t)(cie->insns_end - cie->insns);
-  if (len > CIE_INSNS_MAX || atomic_flag_test_and_set_explicit(&m->writer, memory_order_acquire)) return;
+  if (len > CIE_INSNS_MAX || !mp_lock_try(&m->writer)) return;
   for (unsigned i = 0; i < CIES_MAX; i++) {
     uintptr_t a = atomic_load_explicit(&m->slot[i].at, memory_order_relaxed);
     if (a == at) break;
@@ -426,7 +426,7 @@ static void cie_keep(cie_memo_t* m, uintptr_t at, const cie_t* cie) {
     atomic_store_explicit(&m->slot[i].at, at, memory_order_release);
     break;
   }
-  atomic_flag_clear_explicit(&m->writer, memory_order_release);
+  mp_unlock(&m->writer);
 }
 
 /* The rule at `pc` from the FDE at address `fde` of object o (NULL: one not kept): true, or
@@ -566,6 +566,12 @@ static atomic_uint objects_n;
 /* The thread that sets an object up (its mp_tls's address), 0 when none does, and when it
  * began (CLOCK_MONOTONIC ns; 0 outside a setup). */
 static _Atomic(uintptr_t) objects_writer;
+/* Held by the thread that sets an object up, for as long as it is objects_writer: counted as a
+ * profiler lock, so that a program's handler (which may leave by siglongjmp) waits for the
+ * setup's end (signals.c hold_back); likewise every writer of this file is an mp_lock_t. Left
+ * held, a writer would keep every later rule out of the cache, or objects_writer every later
+ * object out of the table. */
+static mp_lock_t setup_hold = MP_LOCK_INIT(MP_LEVEL_UNWIND_SETUP);
 static _Atomic int64_t objects_setup_ns;
 /* How long a miss waits for another thread's setup of the object it is in (a setup reads the
  * search table once: node's 600 KB, ~0.2 ms) rather than search the table whole itself. Past
@@ -616,7 +622,7 @@ static void note_read(mp_unwind_walk_t* walk, const object_t* o, uintptr_t at, s
 #define PENDING_NS 20000000ll
 #define PENDING_RANGES (PENDING_WINDOWS + MP_UNWIND_WALK_RANGES)
 
-static atomic_flag pending_lock = ATOMIC_FLAG_INIT;
+static mp_lock_t pending_lock = MP_LOCK_INIT(MP_LEVEL_UNWIND);
 static struct { /* under pending_lock */
   uintptr_t lo[PENDING_RANGES], hi[PENDING_RANGES];
   const object_t* object[PENDING_RANGES];
@@ -722,11 +728,11 @@ void mp_unwind_walk_end(mp_unwind_walk_t* walk) {
     errno = saved;
     return;
   }
-  if (atomic_flag_test_and_set_explicit(&pending_lock, memory_order_acquire)) {
+  if (!mp_lock_try(&pending_lock)) {
     give_back(walk->lo, walk->hi, (const object_t* const*)walk->object, walk->n); /* another thread notes */
   } else {
     note_pending(walk, now);
-    atomic_flag_clear_explicit(&pending_lock, memory_order_release);
+    mp_unlock(&pending_lock);
   }
   errno = saved;
   walk->n = 0;
@@ -786,6 +792,7 @@ static void givable_range(uintptr_t* give_lo, uintptr_t* give_hi, const uint8_t*
 /* As objects_writer: fills o (its search table kept sparsely when the pool has room). */
 static void object_setup(object_t* o, const uint8_t* hdr, const struct dl_find_object* info) {
   o->eh = hdr;
+  o->cies.writer = (mp_lock_t)MP_LOCK_INIT(MP_LEVEL_UNWIND);
   givable_range(&o->give_lo, &o->give_hi, hdr, info);
   o->sparse = NULL;
   if (!parse_hdr(hdr, &o->count, &o->table_rel)) {
@@ -814,9 +821,12 @@ static object_t* object_of(const uint8_t* hdr, const struct dl_find_object* info
     for (unsigned i = 0; i < n; i++)
       if (atomic_load_explicit(&objects[i].hdr, memory_order_acquire) == hdr) return &objects[i];
     if (n == OBJECTS_MAX) return NULL;
-    uintptr_t held = 0;
-    if (atomic_compare_exchange_strong_explicit(&objects_writer, &held, me, memory_order_acquire, memory_order_relaxed)) break;
+    uintptr_t held = atomic_load_explicit(&objects_writer, memory_order_relaxed);
     if (held == me) return NULL;
+    if (held == 0 && mp_lock_try(&setup_hold)) { /* taken first: objects_writer is never ours unheld */
+      if (atomic_compare_exchange_strong_explicit(&objects_writer, &held, me, memory_order_acquire, memory_order_relaxed)) break;
+      mp_unlock(&setup_hold);
+    }
     if (spins < 64) {
       mp_spin_hint();
       continue;
@@ -838,6 +848,7 @@ static object_t* object_of(const uint8_t* hdr, const struct dl_find_object* info
   }
   atomic_store_explicit(&objects_setup_ns, 0, memory_order_relaxed);
   atomic_store_explicit(&objects_writer, 0, memory_order_release);
+  mp_unlock(&setup_hold); /* a signal held back meanwhile is delivered here */
   return o;
 }
 
@@ -925,7 +936,7 @@ typedef struct set_s {
 _Static_assert(sizeof(set_t) == 64, "a set is one cache line");
 
 static set_t cache[CACHE_SETS];
-static atomic_flag writer = ATOMIC_FLAG_INIT;
+static mp_lock_t writer = MP_LOCK_INIT(MP_LEVEL_UNWIND);
 static unsigned next_victim; /* under `writer` */
 
 _Static_assert(CACHE_SETS == 1024u, "set_of takes the hash's top 10 bits");
@@ -954,7 +965,7 @@ static bool cached(const set_t* set, uintptr_t pc, mp_unwind_rule_t* out) {
 /* Writes pc's rule into its set; skipped while another thread writes (it is asked again at
  * its next miss). */
 static void put(set_t* set, uintptr_t pc, uint64_t rule) {
-  if (atomic_flag_test_and_set_explicit(&writer, memory_order_acquire)) return; /* someone else writes */
+  if (!mp_lock_try(&writer)) return; /* someone else writes */
   unsigned i = 0;
   while (i < CACHE_WAYS && (atomic_load_explicit(&set->way[i].tag, memory_order_relaxed) >> 16) != 0 &&
          (atomic_load_explicit(&set->way[i].tag, memory_order_relaxed) >> 16) != pc)
@@ -967,7 +978,7 @@ static void put(set_t* set, uintptr_t pc, uint64_t rule) {
   atomic_thread_fence(memory_order_release);
   atomic_store_explicit(&s->rule, rule, memory_order_relaxed);
   atomic_store_explicit(&s->tag, (uint64_t)pc << 16 | ((seq + 1) & 0xffff), memory_order_release);
-  atomic_flag_clear_explicit(&writer, memory_order_release);
+  mp_unlock(&writer);
 }
 
 void mp_unwind_rule(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule_t* out) {
@@ -1041,16 +1052,17 @@ bool mp_unwind_rule_valid(uint64_t rule) {
 }
 
 void mp_unwind_child_reinit(void) { /* the child's only thread is the one that forked */
-  atomic_flag_clear(&writer);
+  mp_lock_reset(&writer);
   /* another thread may have been noting: its ranges, maybe half written, are dropped (the
    * child maps none of those pages: fork copies no page table entry of a file mapping never
    * written) */
   pending.n = pending.windows = 0;
   atomic_store(&pending_ranges, 0);
-  atomic_flag_clear(&pending_lock);
+  mp_lock_reset(&pending_lock);
   atomic_store(&objects_writer, 0);
   atomic_store(&objects_setup_ns, 0);
-  for (unsigned i = 0; i < OBJECTS_MAX; i++) atomic_flag_clear(&objects[i].cies.writer);
+  mp_lock_reset(&setup_hold);
+  for (unsigned i = 0; i < OBJECTS_MAX; i++) mp_lock_reset(&objects[i].cies.writer);
 }
 
 /* The cache's pages are made writable before the first lookup: a lookup reads its set

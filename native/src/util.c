@@ -150,6 +150,15 @@ bool mp_lock_briefly(mp_lock_t* lock) {
   return false;
 }
 
+bool mp_lock_try(mp_lock_t* lock) {
+  note_lock(lock);
+  if (try_take(lock)) return true;
+  note_unlock(lock);
+  note_released();
+  if (__builtin_expect(mp_held_signals != 0, 0) && mp_locks_held() == 0) mp_signals_release();
+  return false;
+}
+
 void mp_unlock(mp_lock_t* lock) {
   note_unlock(lock);
   atomic_store_explicit(&lock->held, 0, memory_order_release);
