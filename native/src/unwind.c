@@ -39,6 +39,7 @@
 #include <errno.h>
 #include <link.h>
 #include <sched.h>
+#include <signal.h>
 #include <stddef.h>
 #include <string.h>
 #include <sys/auxv.h>
@@ -51,6 +52,8 @@
 
 #if MP_UNWIND_CFI
 
+#undef REG_RBP /* <signal.h>'s ucontext indices (_GNU_SOURCE): the DWARF numbers below instead */
+#undef REG_RSP
 #if defined(__aarch64__)
 /* AArch64 DWARF register numbers: x29 (the frame pointer), sp; the return address is x30 */
 #define REG_RBP 29
@@ -964,8 +967,30 @@ static bool cached(const set_t* set, uintptr_t pc, mp_unwind_rule_t* out) {
 
 /* Writes pc's rule into its set; skipped while another thread writes (it is asked again at
  * its next miss). */
+static bool writer_take(void) {
+#ifdef MP_TEST_HOOKS
+  if (mp_test_hook("MP_TEST_UNWIND_WRITER_UNTRACKED")) /* the hostile-signals test's control: a flag, as before */
+    return !atomic_exchange_explicit(&writer.held, 1, memory_order_acquire);
+#endif
+  return mp_lock_try(&writer);
+}
+
+static void writer_give(void) {
+#ifdef MP_TEST_HOOKS
+  if (mp_test_hook("MP_TEST_UNWIND_WRITER_UNTRACKED")) {
+    atomic_store_explicit(&writer.held, 0, memory_order_release);
+    return;
+  }
+#endif
+  mp_unlock(&writer);
+}
+
 static void put(set_t* set, uintptr_t pc, uint64_t rule) {
-  if (!mp_lock_try(&writer)) return; /* someone else writes */
+  if (!writer_take()) return; /* someone else writes */
+#ifdef MP_TEST_HOOKS
+  static atomic_bool raised; /* the hostile-signals test: the program's SIGPROF lands here, once */
+  if (mp_test_hook("MP_TEST_SIGNAL_IN_UNWIND_WRITER") && !atomic_exchange(&raised, true)) raise(SIGPROF);
+#endif
   unsigned i = 0;
   while (i < CACHE_WAYS && (atomic_load_explicit(&set->way[i].tag, memory_order_relaxed) >> 16) != 0 &&
          (atomic_load_explicit(&set->way[i].tag, memory_order_relaxed) >> 16) != pc)
@@ -978,7 +1003,7 @@ static void put(set_t* set, uintptr_t pc, uint64_t rule) {
   atomic_thread_fence(memory_order_release);
   atomic_store_explicit(&s->rule, rule, memory_order_relaxed);
   atomic_store_explicit(&s->tag, (uint64_t)pc << 16 | ((seq + 1) & 0xffff), memory_order_release);
-  mp_unlock(&writer);
+  writer_give();
 }
 
 void mp_unwind_rule(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule_t* out) {

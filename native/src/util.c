@@ -159,9 +159,11 @@ bool mp_lock_try(mp_lock_t* lock) {
   return false;
 }
 
+/* Uncounted only once released (debug builds' count too): a signal in between is held back. */
 void mp_unlock(mp_lock_t* lock) {
-  note_unlock(lock);
   atomic_store_explicit(&lock->held, 0, memory_order_release);
+  atomic_signal_fence(memory_order_seq_cst);
+  note_unlock(lock);
   note_released();
   if (__builtin_expect(mp_held_signals != 0, 0) && mp_locks_held() == 0) mp_signals_release();
 }

@@ -21,7 +21,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 
 import { root, targetArgv } from '../helpers.js';
-import { mimallocVersion } from '../mimalloc.js';
+import { mimallocVersion, onMusl } from '../mimalloc.js';
 import { buildTestHooks, ending, fastTempDir, KV, plainFixture as plainFixture_, productionDir, runUnder, type GateRun } from './util.js';
 
 const TIMEOUT_MS = 30_000; // every run; the jumps take about 4 ms of CPU each (the tick)
@@ -178,4 +178,33 @@ test('positive control: queued again at once and not blocked (MP_TEST_REQUEUE_HO
   const r = queued(runUnder(buildTestHooks(), plainFixture(), ['queued'], { ...queuedEnv, MP_TEST_REQUEUE_HOLD: '1' }, TIMEOUT_MS));
   t.diagnostic(`control: ${r.line}`);
   assert.ok(!(r.ok && r.inOrder), `the control passed: ${r.line}`);
+});
+
+// ---- a handler inside the unwind cache's writer ------------------------------------------------
+// The rule cache (native/src/unwind.c) has one writer at a time. A program's handler that lands while this thread
+// writes, and leaves by siglongjmp, would leave the writer taken for good: no later rule would be cached, and every
+// walk would parse its rules again (reading node's tables and handing their pages back each time). The writer is a
+// profiler lock, so the handler is held back to its release. The test-hooks build raises the fixture's SIGPROF inside
+// the writer once (MP_TEST_SIGNAL_IN_UNWIND_WRITER); 50 rounds of 32 call sites then need each rule once. Control:
+// MP_TEST_UNWIND_WRITER_UNTRACKED=1 (the writer a bare flag, as before) parses them again in every round.
+function writerRun(env: Record<string, string>) {
+  const r = runUnder(buildTestHooks(), plainFixture(), ['writer'], { MIMALLOC_PROF: '1', MIMALLOC_PROF_SAMPLE_INTERVAL: '64', MP_TEST_UNWIND_COUNTS: '1', MP_TEST_SIGNAL_IN_UNWIND_WRITER: '1', ...env }, TIMEOUT_MS);
+  assert.equal(r.status, 0, `${ending(r)} ${r.stderr}`);
+  const counts = new KV((/unwind check: (.*)/.exec(r.stderr)?.[1] ?? '').trim().split(/\s+/).join('\n'));
+  return { jumped: new KV(r.stdout).num('jumped'), parsed: counts.num('rules_parsed'), samples: counts.num('sample_n') };
+}
+
+test('a handler that lands in the unwind cache\'s writer waits for its release: later rules are still cached', { skip: onMusl && 'musl: no table-driven unwinder, so no rule cache' }, (t) => {
+  const held = writerRun({});
+  t.diagnostic(`jumped ${held.jumped}; ${held.parsed} rules parsed over ${held.samples} samples`);
+  assert.equal(held.jumped, 1, 'the handler never ran');
+  assert.ok(held.samples >= 1500, `${held.samples} samples`);
+  assert.ok(held.parsed <= 500, `${held.parsed} rules parsed: the cache stopped taking rules`);
+});
+
+test('positive control: the writer a bare flag (MP_TEST_UNWIND_WRITER_UNTRACKED=1) is left taken, and every round parses again', { skip: onMusl && 'musl: no table-driven unwinder, so no rule cache' }, (t) => {
+  const bare = writerRun({ MP_TEST_UNWIND_WRITER_UNTRACKED: '1' });
+  t.diagnostic(`jumped ${bare.jumped}; ${bare.parsed} rules parsed over ${bare.samples} samples`);
+  assert.equal(bare.jumped, 1);
+  assert.ok(bare.parsed > 1500, `${bare.parsed} rules parsed`);
 });
