@@ -66,6 +66,7 @@ typedef struct entry_s {
 } entry_t;
 
 static identity_t self; /* this library's own; id_len 0: nothing is kept */
+static uint64_t parsed_at_load; /* the misses parsed when the files were read: none since, nothing new to write */
 
 /* FNV-1a over the entries' bytes, seeded with their count. */
 static uint64_t checksum(const entry_t* e, uint32_t count) {
@@ -190,6 +191,8 @@ void mp_rules_load(void) {
       for (unsigned i = 0; i < l->objects.n; i++) load_object(l, &l->objects.object[i]);
     mp_os_free(l, sizeof(*l));
   }
+  uint64_t given, calls; /* after the load: a debug build's check of each rule parses it */
+  mp_unwind_counts(&parsed_at_load, &given, &calls);
   errno = saved;
 }
 
@@ -242,6 +245,9 @@ static void write_object(save_t* s, unsigned k) {
 
 void mp_rules_save(void) {
   if (mp_env.unwind_cache[0] == 0 || self.id_len == 0) return;
+  uint64_t parsed, given, calls;
+  mp_unwind_counts(&parsed, &given, &calls);
+  if (parsed == parsed_at_load) return; /* every rule came from the files (or none was needed): a short process's exit writes nothing */
   int cancel = mp_cancel_off();
   int saved = errno;
   save_t* s = mp_os_alloc_transient(sizeof(*s));

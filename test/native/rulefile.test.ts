@@ -5,14 +5,14 @@
  * sampled stack with libgcc's (test/native/unwind.test.ts) and counts the rules it parsed:
  *  - a second run parses far fewer rules, every stack is still libgcc's, and the rules take
  *    every step themselves (no fallback to libgcc's unwinder, which a step that fails the walk's
- *    checks takes);
+ *    checks takes); one that parsed none writes nothing;
  *  - control: files whose rules are shifted by one word (their checksums made to hold) give
  *    stacks libgcc disagrees with or fallbacks, so the gate sees a wrong rule a file brings;
  *  - a file that fails its checksum, or was written by another build of the library, is
  *    ignored whole: the run parses as many rules as a first one, every stack libgcc's;
  *  - a folder that cannot be written (a file in its place) changes nothing for the program. */
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
@@ -63,6 +63,7 @@ test(`a second run takes its rules from the first's files: far fewer parsed, eve
   const dir = join(fastTempDir('mpp-rules-'), 'unwind');
   const cold = run(dir);
   const files = readdirSync(dir).filter((f) => f.endsWith('.rules'));
+  const written = files.map((f) => statSync(join(dir, f)).mtimeMs);
   const warm = run(dir);
   t.diagnostic(`first run: ${cold.parsed} rules parsed, ${cold.agreed} of ${cold.stacks} stacks libgcc's; files: ${files.length}; second: ${warm.parsed} parsed, ${warm.agreed} of ${warm.stacks}; fallbacks ${cold.fallbacks}, ${warm.fallbacks}`);
   assert.ok(cold.stacks >= 2000 && warm.stacks >= 2000);
@@ -74,6 +75,9 @@ test(`a second run takes its rules from the first's files: far fewer parsed, eve
   assert.ok(files.length >= 2, `files: ${files.join(', ')}`); // the fixture's own and its libraries'
   assert.ok(cold.parsed > 20, `${cold.parsed} rules parsed cold`);
   assert.ok(warm.parsed * 4 <= cold.parsed, `${warm.parsed} rules parsed warm against ${cold.parsed} cold`);
+  // a run that parsed nothing has nothing new to keep, and writes nothing (one that met a new
+  // return address, a timer's signal frame somewhere new, writes its files again)
+  if (warm.parsed === 0) assert.deepEqual(files.map((f) => statSync(join(dir, f)).mtimeMs), written, 'a run that learned nothing wrote its files');
 });
 
 test('positive control: files whose rules are off by a word are caught (stacks libgcc disagrees with, or fallbacks)', skipOnMusl, (t) => {
