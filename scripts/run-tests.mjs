@@ -42,6 +42,16 @@ const all = readdirSync(join(root, 'dist', 'test'), { recursive: true })
   .filter((f) => f.endsWith('.test.js'))
   .sort();
 
+// The package's cache folder (symbol tables, demangled names, unwind rules: src/cache-folder.ts)
+// is the suite's own, new at each run, unless the caller chose one: what a test sees does not
+// depend on what earlier runs, or the user's own profiling, left in ~/.cache.
+if (process.env.MIMALLOC_PPROF_CACHE_DIR === undefined) {
+  const cache = join(root, 'build', 'test-cache');
+  rmSync(cache, { recursive: true, force: true });
+  mkdirSync(cache, { recursive: true, mode: 0o700 });
+  process.env.MIMALLOC_PPROF_CACHE_DIR = cache;
+}
+
 // Each pass's counts, also written as TAP into build/test-results/<pass>.tap (unless the
 // command line chose its own reporter), and the summary at the end.
 const ownReporter = args.some((a) => a.startsWith('--test-reporter'));

@@ -455,6 +455,7 @@ bool mp_unwind_rule_valid(uint64_t rule);
 /* ---- rulefile.c: the unwind rules kept between runs (MIMALLOC_PROF_UNWIND_CACHE) ---- */
 void mp_rules_load(void); /* where profiling starts: the loaded objects' files into the cache */
 void mp_rules_save(void); /* at exit: the cache's rules, a file per object */
+void mp_rules_forget(void); /* this process keeps nothing (a child run leaves inert) */
 
 /* ---- stack.c ---- */
 void mp_stack_init(void);          /* warm up the unwinder, learn our own text range */

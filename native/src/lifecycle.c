@@ -208,6 +208,7 @@ void mp_fork_child_under_run(void) {
   if (mp_run_dir() == NULL) return;
   if (not_the_main_process()) {
     atomic_store(&mp_state.running, false); /* no samples, no exit dump */
+    mp_rules_forget();
     return;
   }
   mp_mark_loaded();
@@ -242,8 +243,8 @@ __attribute__((constructor)) static void mp_load(void) {
   int saved = errno;
   mi_free(mi_malloc(1));
   errno = saved;
+  atexit(save_rules_at_exit); /* first: it runs after the dump (atexit runs the last first) */
   atexit(dump_at_exit);
-  atexit(save_rules_at_exit);
   mp_profiler_leave(&mp_tls, false);
   if (mp_env.prof) {
     params_t p;

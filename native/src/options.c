@@ -189,7 +189,7 @@ void mp_options_init(void) {
     const char* s = find_env(table[i].name);
     if (s == NULL) continue;
     /* Parse into a scratch copy so that a bad value leaves the default untouched. */
-    union { bool b; size_t z; uint64_t u; unsigned k; mp_format_t f; } scratch;
+    union { bool b; size_t z; uint64_t u; unsigned k; mp_format_t f; } scratch = {.u = 0};
     option_t tmp = table[i];
     char path[MI_PROF_DUMP_PATH_MAX];
     tmp.value = tmp.kind == K_PATH ? (void*)path : (void*)&scratch;
@@ -198,6 +198,7 @@ void mp_options_init(void) {
         scratch.z == 0)
       ok = false;
     if (ok && table[i].value == &o->arena_bytes && scratch.z < MP_ARENA_MIN) ok = false;
+    if (ok && table[i].value == o->unwind_cache && path[0] != 0 && path[0] != '/') ok = false; /* a program's chdir would move it */
     if (!ok) {
       warn_invalid(table[i].name, s);
       continue;

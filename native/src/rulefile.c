@@ -29,9 +29,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
+#include <signal.h>
 #include <stddef.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <pthread.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cancel.h"
@@ -67,6 +71,12 @@ typedef struct entry_s {
 
 static identity_t self; /* this library's own; id_len 0: nothing is kept */
 static uint64_t parsed_at_load; /* the misses parsed when the files were read: none since, nothing new to write */
+/* The loader's count of objects unloaded (dlpi_subs), when the files were read. The cache keeps
+ * the rules of code unloaded since (unwind.c: never invalidated); at exit they would be taken
+ * for those of whatever object holds their addresses now, and kept for good. So a process that
+ * unloaded anything keeps nothing. */
+static unsigned long long subs_at_load;
+static bool forgotten; /* mp_rules_forget: this process keeps nothing */
 
 /* FNV-1a over the entries' bytes, seeded with their count. */
 static uint64_t checksum(const entry_t* e, uint32_t count) {
@@ -113,11 +123,12 @@ static bool identity_from(const ElfW(Phdr)* ph, size_t phnum, uintptr_t bias, id
 typedef struct objects_s {
   identity_t object[OBJECTS_KEPT];
   unsigned n;
+  unsigned long long subs; /* the loader's count of objects unloaded (dlpi_subs) */
 } objects_t;
 
 static int collect(struct dl_phdr_info* info, size_t size, void* arg) {
-  (void)size;
   objects_t* all = arg;
+  if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs)) all->subs = info->dlpi_subs;
   identity_t o;
   if (info->dlpi_name != NULL && strncmp(info->dlpi_name, "linux-vdso", 10) == 0) return 0;
   if (!identity_from(info->dlpi_phdr, info->dlpi_phnum, info->dlpi_addr, &o)) return 0;
@@ -163,8 +174,14 @@ _Static_assert(offsetof(load_t, entry) == offsetof(load_t, header) + sizeof(file
 
 static void load_object(load_t* l, const identity_t* o) {
   if (!file_name(o, l->path, sizeof(l->path), false)) return;
-  int fd = mp_open_nocancel(l->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
+  /* never waits (a FIFO in its place), and reads only a regular file of the user's */
+  int fd = mp_open_nocancel(l->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
   if (fd < 0) return;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+    mp_close_nocancel(fd);
+    return;
+  }
   size_t want = sizeof(l->header) + sizeof(l->entry), got = 0;
   uint8_t* at = (uint8_t*)&l->header;
   for (ssize_t n; got < want && (n = mp_read_nocancel(fd, at + got, want - got)) > 0;) got += (size_t)n;
@@ -186,7 +203,8 @@ void mp_rules_load(void) {
   int saved = errno;
   load_t* l = mp_os_alloc_transient(sizeof(*l));
   if (l != NULL) {
-    dl_iterate_phdr(collect, &l->objects);
+    dl_iterate_phdr(collect, &l->objects); /* the caller holds the lifecycle lock: no fork meanwhile (process.c) */
+    subs_at_load = l->objects.subs;
     if (self.id_len != 0)
       for (unsigned i = 0; i < l->objects.n; i++) load_object(l, &l->objects.object[i]);
     mp_os_free(l, sizeof(*l));
@@ -244,7 +262,7 @@ static void write_object(save_t* s, unsigned k) {
 }
 
 void mp_rules_save(void) {
-  if (mp_env.unwind_cache[0] == 0 || self.id_len == 0) return;
+  if (mp_env.unwind_cache[0] == 0 || self.id_len == 0 || forgotten) return;
   uint64_t parsed, given, calls;
   mp_unwind_counts(&parsed, &given, &calls);
   if (parsed == parsed_at_load) return; /* every rule came from the files (or none was needed): a short process's exit writes nothing */
@@ -252,27 +270,45 @@ void mp_rules_save(void) {
   int saved = errno;
   save_t* s = mp_os_alloc_transient(sizeof(*s));
   if (s != NULL) {
-    (void)syscall(SYS_mkdirat, AT_FDCWD, mp_env.unwind_cache, 0700); /* one level; EEXIST is fine */
+    mp_lock(&mp_loader_lock); /* no fork while dl_iterate_phdr holds the loader's lock (proto.c) */
     dl_iterate_phdr(collect, &s->objects); /* objects loaded since the start too */
-    for (unsigned i = 0; i < MP_UNWIND_SLOTS; i++) {
-      uintptr_t pc;
-      uint64_t rule;
-      if (!mp_unwind_slot(i, &pc, &rule)) continue;
-      unsigned k = object_index(&s->objects, pc);
-      if (k == OBJECTS_KEPT) continue;
-      s->rule[s->rules].pc = pc;
-      s->rule[s->rules].rule = rule;
-      s->rule[s->rules].object = k;
-      s->rules++;
+    mp_unlock(&mp_loader_lock);
+    if (s->objects.subs == subs_at_load) {
+      for (unsigned i = 0; i < MP_UNWIND_SLOTS; i++) {
+        uintptr_t pc;
+        uint64_t rule;
+        if (!mp_unwind_slot(i, &pc, &rule)) continue;
+        unsigned k = object_index(&s->objects, pc);
+        if (k == OBJECTS_KEPT) continue;
+        s->rule[s->rules].pc = pc;
+        s->rule[s->rules].rule = rule;
+        s->rule[s->rules].object = k;
+        s->rules++;
+      }
+      /* a file larger than RLIMIT_FSIZE allows fails with EFBIG, not SIGXFSZ's death (dump.c) */
+      sigset_t block, before;
+      sigemptyset(&block);
+      sigaddset(&block, SIGXFSZ);
+      pthread_sigmask(SIG_BLOCK, &block, &before);
+      (void)syscall(SYS_mkdirat, AT_FDCWD, mp_env.unwind_cache, 0700); /* one level; EEXIST is fine */
+      for (unsigned k = 0; k < s->objects.n; k++) write_object(s, k);
+      sigset_t pending;
+      if (sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ) && !sigismember(&before, SIGXFSZ)) {
+        struct timespec zero = {0, 0};
+        (void)sigtimedwait(&block, NULL, &zero); /* ours: not delivered on unblocking */
+      }
+      pthread_sigmask(SIG_SETMASK, &before, NULL);
     }
-    for (unsigned k = 0; k < s->objects.n; k++) write_object(s, k);
     mp_os_free(s, sizeof(*s));
   }
   errno = saved;
   mp_cancel_restore(cancel);
 }
 
+void mp_rules_forget(void) { forgotten = true; }
+
 #else /* !MP_UNWIND_CFI: no rules to keep */
 void mp_rules_load(void) {}
 void mp_rules_save(void) {}
+void mp_rules_forget(void) {}
 #endif

@@ -1063,8 +1063,12 @@ bool mp_unwind_rule_valid(uint64_t rule) {
     case MP_RULE_END:
     case MP_RULE_SIGNAL:
       return memcmp(&r, &zero, sizeof(r)) == 0;
-    case MP_RULE_DRAP:
+    case MP_RULE_DRAP: /* GCC's realigning frames, x86-64 only (rule_from_fde) */
+#if defined(__aarch64__)
+      return false;
+#else
       return r.cfa_rbp && (r.cfa_off & 7) == 0 && (r.fp_off & 7) == 0;
+#endif
     case MP_RULE_CFI:
 #if defined(__aarch64__)
       return r.cfa_off >= 0 && r.fp_off <= 0 && (r.fp_off & 7) == 0;

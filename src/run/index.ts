@@ -278,7 +278,7 @@ function programEnv(opts: RunOptions, runDir: string, isNode: boolean): NodeJS.P
 function unwindCacheFolder(): string | undefined {
   const base = cacheFolder();
   if (base === undefined) return undefined;
-  const dir = join(base, 'unwind');
+  const dir = resolve(base, 'unwind'); // absolute: the library refuses a relative one (a chdir would move it)
   try {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
     return dir;

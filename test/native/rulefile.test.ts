@@ -8,11 +8,17 @@
  *    checks takes); one that parsed none writes nothing;
  *  - control: files whose rules are shifted by one word (their checksums made to hold) give
  *    stacks libgcc disagrees with or fallbacks, so the gate sees a wrong rule a file brings;
- *  - a file that fails its checksum, or was written by another build of the library, is
- *    ignored whole: the run parses as many rules as a first one, every stack libgcc's;
- *  - a folder that cannot be written (a file in its place) changes nothing for the program. */
+ *  - a file that fails its checksum, was written by another build of the library or for another
+ *    object, or is cut short, is ignored whole: the run parses as many rules as a first one,
+ *    every stack libgcc's; a FIFO in a file's place is not waited for;
+ *  - a folder that cannot be written (a file in its place), or a file size limit of 0, changes
+ *    nothing for the program (its status, its output), and leaves no file behind;
+ *  - a process that unloaded a library (dlclose) keeps nothing: its cache may hold the unloaded
+ *    code's rules under addresses another object holds now. The same program without the
+ *    dlclose keeps its files (the control that the unload is what stops it). */
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
@@ -99,22 +105,38 @@ test('positive control: files whose rules are off by a word are caught (stacks l
   assert.ok(wrong.agreed < wrong.stacks || wrong.fallbacks > wrong.stacks / 100, 'the shifted rules took every step');
 });
 
-test('a file that fails its checksum, or another build\'s, is ignored whole', skipOnMusl, (t) => {
+test('a file that fails its checksum, another build\'s, another object\'s or one cut short is ignored whole', skipOnMusl, (t) => {
   for (const [what, change] of [
-    ['one rule changed, the checksum left', (entries: Buffer, count: number) => {
-      if (count === 0) return 0;
-      entries.writeInt32LE(entries.readInt32LE(8) + 8, 8);
-      return 1;
+    ['one CFI rule changed, the checksum left', (entries: Buffer, count: number) => {
+      for (let i = 0; i < count; i++) {
+        const rule = 16 * i + 8;
+        if (entries[rule + 6] !== RULE_CFI) continue;
+        entries.writeInt32LE(entries.readInt32LE(rule) + 8, rule); // still a valid rule: only the checksum can tell
+        return 1;
+      }
+      return 0;
     }],
     ['another build of the library', () => 0],
+    ['each file under another object\'s name', () => 0],
+    ['each file cut short by one entry', () => 0],
   ] as const) {
     const dir = join(fastTempDir('mpp-rules-'), 'unwind');
     const cold = run(dir);
+    const names = readdirSync(dir).filter((f) => f.endsWith('.rules'));
     if (what === 'another build of the library') {
-      for (const name of readdirSync(dir).filter((f) => f.endsWith('.rules'))) {
+      for (const name of names) {
         const file = readFileSync(join(dir, name));
         file.writeUInt8(file.readUInt8(32) ^ 0xff, 32); // the library's build id (header offset 32)
         writeFileSync(join(dir, name), file);
+      }
+    } else if (what === 'each file under another object\'s name') {
+      assert.ok(names.length >= 2);
+      const contents = names.map((n) => readFileSync(join(dir, n)));
+      names.forEach((n, i) => writeFileSync(join(dir, n), contents[(i + 1) % names.length]!)); // rotated
+    } else if (what === 'each file cut short by one entry') {
+      for (const name of names) {
+        const file = readFileSync(join(dir, name));
+        writeFileSync(join(dir, name), file.subarray(0, file.length - 16));
       }
     } else {
       assert.ok(rewrite(dir, change, true) > 0);
@@ -135,4 +157,62 @@ test('a folder that cannot be written changes nothing for the program', skipOnMu
   assert.equal(r.agreed, r.stacks);
   assert.equal(readFileSync(blocked, 'utf8'), 'not a folder');
   assert.doesNotMatch(r.stderr, /mimalloc-pprof: (?!unwind check)/, r.stderr);
+});
+
+test('a FIFO in a file\'s place is not waited for', skipOnMusl, () => {
+  const dir = join(fastTempDir('mpp-rules-'), 'unwind');
+  run(dir);
+  const names = readdirSync(dir).filter((f) => f.endsWith('.rules'));
+  for (const name of names) {
+    rmSync(join(dir, name));
+    assert.equal(spawnSync('mkfifo', [join(dir, name)]).status, 0);
+  }
+  const r = run(dir); // a blocking open would never return: runUnder's timeout fails the run
+  assert.equal(r.agreed, r.stacks);
+});
+
+test('a file size limit of 0: the program ends as it would, and no file is left', skipOnMusl, () => {
+  const dir = join(fastTempDir('mpp-rules-'), 'unwind');
+  const bin = fixture('unwind', { flags: [...NO_BUILTIN, '-O2', '-fomit-frame-pointer'], variant: '-O2' });
+  const r = runUnder(buildTestHooks(), '/bin/sh', ['-c', 'ulimit -f 0 && exec "$0" 60', bin], { ...ENV, MIMALLOC_PROF_UNWIND_CACHE: dir }, 120_000);
+  assert.equal(r.signal, null, `killed by ${r.signal}`);
+  assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stderr, /unwind check:/);
+  assert.deepEqual(readdirSync(dir), [], 'a file was written, or a temporary one left, under the limit');
+});
+
+/** A program that samples inside a library it loaded (rules of that library's code in the
+ * cache), then unloads it (`unload`) or not, and loads a second library, likely at the same
+ * address, and samples there too. */
+function unloadProgram(): { bin: string; libs: string[] } {
+  const dir = fastTempDir('mpp-rules-unload-');
+  const lib = (name: string, body: string) => {
+    const src = join(dir, `${name}.c`);
+    writeFileSync(src, `#include <stdlib.h>\n__attribute__((noinline)) static void* deep(int n) { void* p = n ? deep(n - 1) : malloc(4096); __asm__ volatile("" : : "r"(p) : "memory"); return p; }\nvoid ${name}(void) { for (int i = 0; i < 200; i++) free(deep(${body})); }\n`);
+    const out = join(dir, `lib${name}.so`);
+    const r = spawnSync('cc', ['-O2', '-fomit-frame-pointer', '-shared', '-fPIC', ...NO_BUILTIN, src, '-o', out], { encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    return out;
+  };
+  const libs = [lib('first', 'i % 7'), lib('second', 'i % 5')];
+  const main = join(dir, 'main.c');
+  writeFileSync(main, `#include <dlfcn.h>\n#include <stdio.h>\n#include <string.h>\nint main(int argc, char** argv) {\n  void* a = dlopen(argv[1], RTLD_NOW); if (!a) return 2;\n  ((void (*)(void))dlsym(a, "first"))();\n  if (strcmp(argv[3], "unload") == 0) dlclose(a);\n  void* b = dlopen(argv[2], RTLD_NOW); if (!b) return 3;\n  ((void (*)(void))dlsym(b, "second"))();\n  puts("done");\n  return 0;\n}\n`);
+  const bin = join(dir, 'main');
+  const r = spawnSync('cc', ['-O1', main, '-o', bin, '-ldl'], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  return { bin, libs };
+}
+
+test('a process that unloaded a library keeps nothing; the same without the unload keeps its files (control)', skipOnMusl, () => {
+  const { bin, libs } = unloadProgram();
+  const env = { MIMALLOC_PROF: '1', MIMALLOC_PROF_SAMPLE_INTERVAL: '4096', MIMALLOC_PROF_SEED: '3' };
+  const kept = join(fastTempDir('mpp-rules-'), 'unwind');
+  const a = runUnder(buildTestHooks(), bin, [...libs, 'keep'], { ...env, MIMALLOC_PROF_UNWIND_CACHE: kept });
+  assert.equal(a.status, 0, a.stderr);
+  assert.ok(readdirSync(kept).filter((f) => f.endsWith('.rules')).length >= 2, `kept: ${readdirSync(kept).join(', ')}`);
+  const unloaded = join(fastTempDir('mpp-rules-'), 'unwind');
+  const b = runUnder(buildTestHooks(), bin, [...libs, 'unload'], { ...env, MIMALLOC_PROF_UNWIND_CACHE: unloaded });
+  assert.equal(b.status, 0, b.stderr);
+  assert.equal(b.stdout.trim(), 'done');
+  assert.ok(!existsSync(unloaded) || readdirSync(unloaded).length === 0, `written after an unload: ${existsSync(unloaded) ? readdirSync(unloaded).join(', ') : ''}`);
 });
