@@ -23,7 +23,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 
 import { fixture } from '../helpers.js';
-import { mimallocLabel, onMusl } from '../mimalloc.js';
+import { mimallocLabel, onCross, onMusl, targetCC } from '../mimalloc.js';
 import { buildTestHooks, fastTempDir, KV, runUnder } from '../reliability/util.js';
 
 const NO_BUILTIN = ['-fno-builtin-malloc', '-fno-builtin-free', '-fno-builtin-calloc', '-fno-builtin-realloc'];
@@ -171,7 +171,7 @@ test('a FIFO in a file\'s place is not waited for', skipOnMusl, () => {
   assert.equal(r.agreed, r.stacks);
 });
 
-test('a file size limit of 0: the program ends as it would, and no file is left', skipOnMusl, () => {
+test('a file size limit of 0: the program ends as it would, and no file is left', { skip: skipOnMusl.skip || (onCross && 'arm64 pass: the limit is set by a shell of the host, which cannot exec the target\'s program outside qemu') }, () => {
   const dir = join(fastTempDir('mpp-rules-'), 'unwind');
   const bin = fixture('unwind', { flags: [...NO_BUILTIN, '-O2', '-fomit-frame-pointer'], variant: '-O2' });
   const r = runUnder(buildTestHooks(), '/bin/sh', ['-c', 'ulimit -f 0 && exec "$0" 60', bin], { ...ENV, MIMALLOC_PROF_UNWIND_CACHE: dir }, 120_000);
@@ -190,7 +190,7 @@ function unloadProgram(): { bin: string; libs: string[] } {
     const src = join(dir, `${name}.c`);
     writeFileSync(src, `#include <stdlib.h>\n__attribute__((noinline)) static void* deep(int n) { void* p = n ? deep(n - 1) : malloc(4096); __asm__ volatile("" : : "r"(p) : "memory"); return p; }\nvoid ${name}(void) { for (int i = 0; i < 200; i++) free(deep(${body})); }\n`);
     const out = join(dir, `lib${name}.so`);
-    const r = spawnSync('cc', ['-O2', '-fomit-frame-pointer', '-shared', '-fPIC', ...NO_BUILTIN, src, '-o', out], { encoding: 'utf8' });
+    const r = spawnSync(targetCC, ['-O2', '-fomit-frame-pointer', '-shared', '-fPIC', ...NO_BUILTIN, src, '-o', out], { encoding: 'utf8' });
     assert.equal(r.status, 0, r.stderr);
     return out;
   };
@@ -198,7 +198,7 @@ function unloadProgram(): { bin: string; libs: string[] } {
   const main = join(dir, 'main.c');
   writeFileSync(main, `#include <dlfcn.h>\n#include <stdio.h>\n#include <string.h>\nint main(int argc, char** argv) {\n  void* a = dlopen(argv[1], RTLD_NOW); if (!a) return 2;\n  ((void (*)(void))dlsym(a, "first"))();\n  if (strcmp(argv[3], "unload") == 0) dlclose(a);\n  void* b = dlopen(argv[2], RTLD_NOW); if (!b) return 3;\n  ((void (*)(void))dlsym(b, "second"))();\n  puts("done");\n  return 0;\n}\n`);
   const bin = join(dir, 'main');
-  const r = spawnSync('cc', ['-O1', main, '-o', bin, '-ldl'], { encoding: 'utf8' });
+  const r = spawnSync(targetCC, ['-O1', main, '-o', bin, '-ldl'], { encoding: 'utf8' });
   assert.equal(r.status, 0, r.stderr);
   return { bin, libs };
 }
