@@ -21,7 +21,10 @@
  * a hash and three loads. Only a miss parses.
  *
  * Invariants:
- *  - nothing here allocates, takes a profiler lock or enters the loader's locks;
+ *  - nothing here allocates, waits for a lock or enters the loader's locks; its writers (the
+ *    cache's, a CIE memo's, the pages pending, an object's setup) are profiler locks tried once
+ *    (mp_lock_try), so that a program's handler that lands in one waits for its release
+ *    (signals.c hold_back) and cannot leave it held by siglongjmp;
  *  - the data parsed is the objects' own .eh_frame, read through their mappings; every read
  *    stays inside the FDE or CIE whose length it has read, and a malformed entry yields
  *    MP_RULE_FP;
@@ -33,7 +36,8 @@
  *    and readers validate a slot by its sequence count, read before and after the slot;
  *  - a cached rule is never invalidated: code unloaded with dlclose and replaced by other
  *    code at the same addresses keeps the old rules (a wrong step at worst, every read
- *    still checked against the stack's bounds). */
+ *    still checked against the stack's bounds), and a process that unloaded code keeps no
+ *    rule for the next run (rulefile.c). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
