@@ -214,7 +214,7 @@ const kb = (kib) => `${kib.toFixed(0)} KiB`;
 const mbi = (e) => `${e.median >= 0 ? '+' : ''}${mb(e.median)} [${mb(e.lo)}, ${mb(e.hi)}]`;
 const live = rss.liveHeapAtPeakKiB;
 const lines = [
-  `Measured ${result.date} with \`node bench/node-profiler.mjs${blocks === 40 ? '' : ` --blocks ${blocks}`}${values.design ? ` --design ${design}` : ''}${values.workload !== 'mix,http-workers' ? ` --workload ${values.workload}` : ''} --write\` (${design === 'plain' ? 'node as users run it: V8\'s platform threads on, every CPU' : `\`node --single-threaded\`, every run on CPU ${pinCpu}`}; ${pairs} status pairs); ${result.cpu.replace(/\s+/g, ' ').trim()}, ${cpus().length} cores, Node ${result.node}. Each cell: the median over blocks of the per-block ratio, with its 95 % bootstrap interval.`,
+  `Measured ${result.date} with \`node bench/node-profiler.mjs${blocks === 40 ? '' : ` --blocks ${blocks}`}${values.design ? ` --design ${design}` : ''}${values.workload !== 'mix,http-workers' ? ` --workload ${values.workload}` : ''}${unwindCache === 'off' ? ' --unwind-cache off' : ''} --write\` (${design === 'plain' ? 'node as users run it: V8\'s platform threads on, every CPU' : `\`node --single-threaded\`, every run on CPU ${pinCpu}`}; ${unwindCache === 'on' ? 'the profiling arms keep their unwind rules between runs, as `run` does' : 'every run\'s unwind rules found anew'}; ${pairs} status pairs); ${result.cpu.replace(/\s+/g, ' ').trim()}, ${cpus().length} cores, Node ${result.node}. Each cell: the median over blocks of the per-block ratio, with its 95 % bootstrap interval.`,
 ];
 for (const m of measured) {
   const { costs, split } = m;
