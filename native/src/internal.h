@@ -436,7 +436,8 @@ typedef struct mp_unwind_walk_s {
   unsigned n;
 } mp_unwind_walk_t;
 #define MP_UNWIND_WALK_INIT {{0}, {0}, {0}, 0}
-/* The rule at code address pc (a return address minus one). Never allocates or locks. */
+/* The rule at code address pc (a return address minus one). Never allocates or waits for a
+ * lock (its writers are tried once: unwind.c). */
 void mp_unwind_rule(mp_unwind_walk_t* walk, uintptr_t pc, mp_unwind_rule_t* out);
 void mp_unwind_walk_end(mp_unwind_walk_t* walk);
 void mp_unwind_child_reinit(void); /* fork child only */
@@ -456,6 +457,7 @@ bool mp_unwind_rule_valid(uint64_t rule);
 void mp_rules_load(void); /* where profiling starts: the loaded objects' files into the cache */
 void mp_rules_save(void); /* at exit: the cache's rules, a file per object */
 void mp_rules_forget(void); /* this process keeps nothing (a child run leaves inert) */
+void mp_rules_child_reinit(void); /* fork child: only rules it parses itself are new */
 
 /* ---- stack.c ---- */
 void mp_stack_init(void);          /* warm up the unwinder, learn our own text range */

@@ -61,6 +61,7 @@ static void fork_child(void) {
   mp_events_fork_child();
   mp_table_child_reinit();
   mp_jit_child_reinit();
+  mp_rules_child_reinit();
   mp_threads_child_reinit();
   mp_lock_reset(&mp_api_lock);
   mp_lock_reset(&mp_loader_lock);

@@ -1,7 +1,7 @@
 /* The unwind rules kept between runs (MIMALLOC_PROF_UNWIND_CACHE=<folder>; `run` sets it).
  *
  * A Node process's first samples are dear: each return address met for the first time (about
- * 1,400 in a short HTTP service, nearly all at its start and on V8's own threads) is a miss that
+ * 1,300 in a short HTTP service, nearly all at its start and on V8's own threads) is a miss that
  * reads node's search table and FDE through its mapping, and those pages go back to the kernel
  * with a madvise whose TLB flush interrupts every CPU the process runs on (unwind.c,
  * bench/README.md). A restarted process meets the same addresses again. So at exit the rules
@@ -19,8 +19,9 @@
  *    cancellation point), with no descriptor kept, into memory mapped for the purpose and
  *    unmapped after. A process ended by a signal keeps nothing: the objects are listed with
  *    dl_iterate_phdr, which takes the loader's lock, not to be waited for in a handler;
- *  - a file is written beside its name (O_EXCL, 0600) and renamed over it: a reader sees a
- *    whole file or the one before; processes that exit together each write a whole one;
+ *  - a file is written beside its name (O_EXCL, 0600, a name of its own: pid and clock) and
+ *    renamed over it: a reader sees a whole file or the one before; processes that exit
+ *    together each write a whole one, the last to rename wins;
  *  - objects without a build id, JIT code, the vDSO and this library are never kept (a rule
  *    of an address in this library would be this build's, already known). */
 #define _GNU_SOURCE
@@ -138,10 +139,17 @@ static int collect(struct dl_phdr_info* info, size_t size, void* arg) {
   return 0;
 }
 
+/* The objects loaded where the files were read: the only ones whose rules are kept. Their
+ * addresses were theirs for the whole life of the cache (none was unloaded: subs_at_load), so
+ * every cached rule in their spans came from their tables; an object loaded later may sit
+ * where JIT code was, whose frame-pointer rules the cache still holds. (Such an object is
+ * loaded later in the next run too, and its file would never be read.) */
+static objects_t at_start;
+
 /* <folder>/<build id in hex>.rules, and the temporary name beside it when `tmp` is set. */
 static bool file_name(const identity_t* o, char* out, size_t cap, bool tmp) {
   size_t n = mp_strlen(mp_env.unwind_cache);
-  if (n + 1 + 2 * ID_MAX + 40 > cap) return false;
+  if (n + 1 + 2 * ID_MAX + 64 > cap) return false; /* ".rules.tmp.<pid>.<ns>" at most 43 */
   memcpy(out, mp_env.unwind_cache, n);
   out[n++] = '/';
   static const char hex[] = "0123456789abcdef";
@@ -151,10 +159,12 @@ static bool file_name(const identity_t* o, char* out, size_t cap, bool tmp) {
   }
   memcpy(out + n, ".rules", 6);
   n += 6;
-  if (tmp) {
+  if (tmp) { /* unique across pid namespaces sharing the folder too: the clock's nanoseconds */
     memcpy(out + n, ".tmp.", 5);
     n += 5;
     n += mp_fmt_u64(out + n, (uint64_t)syscall(SYS_getpid));
+    out[n++] = '.';
+    n += mp_fmt_u64(out + n, (uint64_t)mp_monotonic_ns());
   }
   out[n] = 0;
   return true;
@@ -175,7 +185,7 @@ _Static_assert(offsetof(load_t, entry) == offsetof(load_t, header) + sizeof(file
 static void load_object(load_t* l, const identity_t* o) {
   if (!file_name(o, l->path, sizeof(l->path), false)) return;
   /* never waits (a FIFO in its place), and reads only a regular file of the user's */
-  int fd = mp_open_nocancel(l->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
+  int fd = mp_open_nocancel(l->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0);
   if (fd < 0) return;
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
@@ -205,6 +215,7 @@ void mp_rules_load(void) {
   if (l != NULL) {
     dl_iterate_phdr(collect, &l->objects); /* the caller holds the lifecycle lock: no fork meanwhile (process.c) */
     subs_at_load = l->objects.subs;
+    at_start = l->objects;
     if (self.id_len != 0)
       for (unsigned i = 0; i < l->objects.n; i++) load_object(l, &l->objects.object[i]);
     mp_os_free(l, sizeof(*l));
@@ -252,7 +263,6 @@ static void write_object(save_t* s, unsigned k) {
   h->library_len = self.id_len;
   memcpy(h->object, o->id, o->id_len);
   h->object_len = o->id_len;
-  (void)syscall(SYS_unlinkat, AT_FDCWD, s->tmp, 0); /* a leftover of a process with this pid that died writing */
   int fd = mp_open_nocancel(s->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return;
   size_t len = (size_t)n * sizeof(entry_t);
@@ -266,14 +276,19 @@ void mp_rules_save(void) {
   uint64_t parsed, given, calls;
   mp_unwind_counts(&parsed, &given, &calls);
   if (parsed == parsed_at_load) return; /* every rule came from the files (or none was needed): a short process's exit writes nothing */
+#ifdef MP_TEST_HOOKS
+  if (mp_test_hook("MP_TEST_UNWIND_FP_ONLY")) return; /* the unwind test's control: its rules are not the tables' */
+#endif
   int cancel = mp_cancel_off();
   int saved = errno;
   save_t* s = mp_os_alloc_transient(sizeof(*s));
   if (s != NULL) {
     mp_lock(&mp_loader_lock); /* no fork while dl_iterate_phdr holds the loader's lock (proto.c) */
-    dl_iterate_phdr(collect, &s->objects); /* objects loaded since the start too */
+    dl_iterate_phdr(collect, &s->objects); /* for the loader's count of unloads */
     mp_unlock(&mp_loader_lock);
-    if (s->objects.subs == subs_at_load) {
+    bool unloaded = s->objects.subs != subs_at_load;
+    s->objects = at_start;
+    if (!unloaded) {
       for (unsigned i = 0; i < MP_UNWIND_SLOTS; i++) {
         uintptr_t pc;
         uint64_t rule;
@@ -307,8 +322,16 @@ void mp_rules_save(void) {
 
 void mp_rules_forget(void) { forgotten = true; }
 
+/* A fork child starts with its parent's count of rules parsed: only what it parses itself is
+ * new (a pre-forking server's workers, a script's forks, write nothing unless they learned). */
+void mp_rules_child_reinit(void) {
+  uint64_t given, calls;
+  mp_unwind_counts(&parsed_at_load, &given, &calls);
+}
+
 #else /* !MP_UNWIND_CFI: no rules to keep */
 void mp_rules_load(void) {}
 void mp_rules_save(void) {}
 void mp_rules_forget(void) {}
+void mp_rules_child_reinit(void) {}
 #endif

@@ -2,7 +2,7 @@
  * `run` keeps the unwind rules a run met for the next one (native/src/rulefile.c): it points the
  * preload at `<cache folder>/unwind` (MIMALLOC_PPROF_CACHE_DIR, else XDG's), made 0700, and a
  * Node program's exit leaves a file there for node's build id; a second run of the same program
- * leaves it in place, grown or the same. With MIMALLOC_PPROF_CACHE_DIR=off nothing is kept (the
+ * leaves it in place, about as large or larger (a run may evict a few rules the first kept). With MIMALLOC_PPROF_CACHE_DIR=off nothing is kept (the
  * control that the files come from run's setting, not from elsewhere).
  */
 import assert from 'node:assert/strict';
