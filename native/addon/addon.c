@@ -40,6 +40,7 @@ typedef struct api_s {
   bool (*dump_peak_proto)(const char*);
   bool (*peak)(double*, uint64_t*, uint64_t*);
   int (*js_anchor_arm)(void);
+  void (*jit_map_track)(void);
   size_t (*js_anchors)(uint64_t*, size_t);
   void (*js_anchor_counts)(uint64_t[3]);
   bool (*window_open)(void);
@@ -71,6 +72,7 @@ static void resolve(void) {
     api.dump_peak_proto = (__typeof__(api.dump_peak_proto))dlsym(RTLD_DEFAULT, "mi_prof_dump_peak_proto");
     api.peak = (__typeof__(api.peak))dlsym(RTLD_DEFAULT, "mi_prof_peak");
     api.js_anchor_arm = (__typeof__(api.js_anchor_arm))dlsym(RTLD_DEFAULT, "mi_prof_js_anchor_arm");
+    api.jit_map_track = (__typeof__(api.jit_map_track))dlsym(RTLD_DEFAULT, "mi_prof_jit_map_track");
     api.js_anchors = (__typeof__(api.js_anchors))dlsym(RTLD_DEFAULT, "mi_prof_js_anchors");
     api.js_anchor_counts = (__typeof__(api.js_anchor_counts))dlsym(RTLD_DEFAULT, "mi_prof_js_anchor_counts");
     api.window_open = (__typeof__(api.window_open))dlsym(RTLD_DEFAULT, "mi_prof_window_open");
@@ -418,6 +420,17 @@ static napi_value js_peak(napi_env env, napi_callback_info info) {
   return r;
 }
 
+/* jitMapTrack() -> true: new buckets keep the perf map's size (mi_prof_jit_map_track); false
+ * from a library without it */
+static napi_value jit_map_track(napi_env env, napi_callback_info info) {
+  (void)info;
+  if (!api_ok) return not_preloaded(env);
+  if (api.jit_map_track != NULL) api.jit_map_track();
+  napi_value r;
+  CHECK(napi_get_boolean(env, api.jit_map_track != NULL, &r));
+  return r;
+}
+
 /* jsAnchorArm() -> 1 armed, 0 not available, -1 failed (mi_prof_js_anchor_arm); 0 from a
  * library without it */
 static napi_value js_anchor_arm(napi_env env, napi_callback_info info) {
@@ -503,7 +516,7 @@ NAPI_MODULE_INIT() {
       {"reset", js_reset},         {"isRunning", js_is_running}, {"dump", js_dump},
       {"stats", js_stats},         {"memoryEvents", js_memory_events}, {"memorySnapshot", js_memory_snapshot},
       {"resident", js_resident},   {"excludeThread", js_exclude_thread}, {"peak", js_peak},
-      {"jsAnchorArm", js_anchor_arm}, {"jsAnchors", js_anchors},
+      {"jsAnchorArm", js_anchor_arm}, {"jsAnchors", js_anchors}, {"jitMapTrack", jit_map_track},
       {"windowOpen", js_window_open}, {"windowRead", js_window_read},
   };
   for (size_t i = 0; i < sizeof(fns) / sizeof(*fns); i++) {

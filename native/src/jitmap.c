@@ -71,8 +71,11 @@ static void try_open(void) {
   atomic_store_explicit(&opening, false, memory_order_release);
 }
 
+/* perf_map is set at load, or once by the addon (never cleared): read and written atomically */
+void mi_prof_jit_map_track(void) { __atomic_store_n(&mp_env.perf_map, true, __ATOMIC_RELAXED); }
+
 uint64_t mp_jit_map_bytes(void) {
-  if (!mp_env.perf_map) return 0;
+  if (!__atomic_load_n(&mp_env.perf_map, __ATOMIC_RELAXED)) return 0;
   int fd = atomic_load(&map_fd);
   if (fd < 0) {
     try_open();

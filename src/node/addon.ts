@@ -31,6 +31,8 @@ export interface NativeAddon {
   peak(): { bytes: number; unixMs: number; snapshots: number } | null;
   /** Keeps the native stack of each sample V8's sampling heap profiler takes on this thread from now on (mi_prof_js_anchor_arm): 1 armed, 0 not available, -1 failed; absent from an older addon. */
   jsAnchorArm?(): number;
+  /** New buckets keep the size of V8's perf map when their stacks were taken (mi_prof_jit_map_track); false from a library without it; absent from an older addon. */
+  jitMapTrack?(): boolean;
   /** Those stacks (mi_prof_js_anchors: [number, V8's sample_id, perf map bytes, depth, frames...] each) then [made, live, dropped]; null from a library without them. */
   jsAnchors?(): BigUint64Array | null;
   /** Opens a window (mi_prof_window_open): false with tracking off; null from a library without windows. */

@@ -17,6 +17,7 @@ import { basename, dirname, join } from 'node:path';
 
 import { checkAvailability, withAddon, type Availability, type NativeStats, type NativeWindow } from './addon.js';
 import { ensureCodeLog } from './code-log.js';
+import { perfMapOfThisProcess } from './engine.js';
 import { startJsHeap } from './js-heap.js';
 import { measureRss } from './rss.cjs';
 import type { RssBreakdown } from '../profile/rss.js';
@@ -204,6 +205,10 @@ export const profiler = {
     const { jsHeap, includeProfilerThreads, ...native } = options;
     if (includeProfilerThreads !== undefined) snapshots.includeProfilerThreads = includeProfilerThreads;
     const started = withAddon((a) => a.start(native));
+    // each sample's JavaScript frames named by the code at their addresses when it was taken:
+    // V8 reuses freed code's addresses, and the perf map as it stands at the dump may name
+    // code made since (run gets this from MIMALLOC_PROF_PERF_MAP at load)
+    if (perfMapOfThisProcess() !== undefined) withAddon((a) => a.jitMapTrack?.());
     ensureCodeLog(); // from here on, functions the JIT inlines are named as themselves
     if (jsHeap === true) startJsHeap(options.interval ?? (withAddon((a) => a.stats()).sampleInterval || 524288));
     return started;

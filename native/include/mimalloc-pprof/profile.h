@@ -209,6 +209,11 @@ mi_prof_export size_t mi_prof_js_anchors(uint64_t* out, size_t cap);
 /* [made, live, dropped (out of memory or over 2^15 live)] */
 mi_prof_export void mi_prof_js_anchor_counts(uint64_t counts[3]);
 
+/* For the addon of a Node process with --perf-basic-prof: from now on each new bucket keeps the
+ * size of V8's perf map when its stack was taken, as MIMALLOC_PROF_PERF_MAP=1 asks at load, so
+ * that its JavaScript frames are named by the code that was at their addresses then. */
+mi_prof_export void mi_prof_jit_map_track(void);
+
 #ifdef __cplusplus
 }
 #endif
