@@ -204,11 +204,12 @@ export const profiler = {
     checkStartOptions(options);
     const { jsHeap, includeProfilerThreads, ...native } = options;
     if (includeProfilerThreads !== undefined) snapshots.includeProfilerThreads = includeProfilerThreads;
-    const started = withAddon((a) => a.start(native));
     // each sample's JavaScript frames named by the code at their addresses when it was taken:
     // V8 reuses freed code's addresses, and the perf map as it stands at the dump may name
-    // code made since (run gets this from MIMALLOC_PROF_PERF_MAP at load)
+    // code made since (run gets this from MIMALLOC_PROF_PERF_MAP at load). Before the start,
+    // so that every bucket has it.
     if (perfMapOfThisProcess() !== undefined) withAddon((a) => a.jitMapTrack?.());
+    const started = withAddon((a) => a.start(native));
     ensureCodeLog(); // from here on, functions the JIT inlines are named as themselves
     if (jsHeap === true) startJsHeap(options.interval ?? (withAddon((a) => a.stats()).sampleInterval || 524288));
     return started;

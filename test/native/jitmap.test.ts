@@ -3,6 +3,9 @@
  * proto dump carries it as each sample's jit_map_bytes label: under MIMALLOC_PROF_PERF_MAP a
  * Node process's samples have it, each within the map's final size; the control without the
  * variable has none. A process without a map (a C program) has none either, and runs as ever.
+ * The in-process API asks for the same (mi_prof_jit_map_track) when profiler.start() finds the
+ * process's perf map: its samples are labelled without the variable; the control starts the
+ * profiler through the addon alone, and has none.
  */
 import assert from 'node:assert/strict';
 import { readFileSync, rmSync } from 'node:fs';
@@ -11,17 +14,25 @@ import { test } from 'node:test';
 
 import { Profile } from '../../src/profile/pprof.js';
 
-import { fixture, runPreloaded, targetNode, tempDir } from '../helpers.js';
+import { fixture, root, runPreloaded, targetNode, tempDir } from '../helpers.js';
 import { MUSL_NO_NODE, mimallocLabel, onMusl } from '../mimalloc.js';
 
 const script =
   'const keep = []; function fill(n) { for (let i = 0; i < n; i++) keep.push(Buffer.alloc(64 << 10, i)); }' +
   'for (let r = 0; r < 20; r++) fill(20); console.log(process.pid);';
 
-function nodeRun(perfMap: boolean) {
+/** The same work started by the in-process API (`api`: profiler.start(); `addon`: the addon's
+ * start alone), its raw proto dumped through the addon. */
+const apiScript = (how: 'api' | 'addon', out: string) =>
+  `const { withAddon } = await import(${JSON.stringify(join(root, 'dist', 'src', 'node', 'addon.js'))});` +
+  `const { profiler } = await import(${JSON.stringify(join(root, 'dist', 'src', 'node', 'profiler.js'))});` +
+  (how === 'api' ? 'profiler.start({ interval: 65536, accum: true });' : 'withAddon((a) => a.start({ interval: 65536, accum: true }));') +
+  script + `withAddon((a) => a.dump(${JSON.stringify(out)}, 'proto', false));`;
+
+function nodeRun(perfMap: boolean, api?: 'api' | 'addon') {
   const dir = tempDir('mpp-jitmap-');
   const out = join(dir, 'raw.pb');
-  const r = runPreloaded(targetNode, ['--perf-basic-prof', '-e', script], {
+  const r = runPreloaded(targetNode, ['--perf-basic-prof', ...(api ? ['--input-type=module', '-e', apiScript(api, out)] : ['-e', script])], api ? {} : {
     MIMALLOC_PROF: '1',
     MIMALLOC_PROF_ACCUM: '1',
     MIMALLOC_PROF_SAMPLE_INTERVAL: '65536',
@@ -56,6 +67,19 @@ test(`a Node process's samples carry the perf map's size at their making (${mima
   // the control: without MIMALLOC_PROF_PERF_MAP nothing is read or written
   const off = nodeRun(false);
   assert.ok(off.samples > 50);
+  assert.equal(off.labels.length, 0);
+});
+
+test(`the in-process API labels its samples where the process has a perf map; the addon's start alone does not (control) (${mimallocLabel})`, { skip: onMusl && MUSL_NO_NODE }, () => {
+  const on = nodeRun(false, 'api');
+  // every sample is labelled (its bucket was made after the start), those with JIT frames too
+  assert.ok(on.samples > 20, `${on.samples} samples`);
+  assert.ok(on.jit >= 1, `${on.jit} samples with JIT frames`);
+  assert.equal(on.jitLabelled, on.jit, 'every sample with a JIT frame is labelled');
+  assert.equal(on.labels.length, on.samples, `${on.labels.length} of ${on.samples} samples labelled`);
+  assert.ok(on.labels.every((b) => b > 0 && b <= on.mapBytes), `labels within (0, ${on.mapBytes}]`);
+  const off = nodeRun(false, 'addon');
+  assert.ok(off.samples > 20, `${off.samples} samples (control)`);
   assert.equal(off.labels.length, 0);
 });
 
