@@ -73,13 +73,13 @@ test(`a Node process's samples carry the perf map's size at their making (${mima
 test(`the in-process API labels its samples where the process has a perf map; the addon's start alone does not (control) (${mimallocLabel})`, { skip: onMusl && MUSL_NO_NODE }, () => {
   const on = nodeRun(false, 'api');
   // every sample is labelled (its bucket was made after the start), those with JIT frames too
-  assert.ok(on.samples > 20, `${on.samples} samples`);
+  assert.ok(on.samples >= 5, `${on.samples} samples`);
   assert.ok(on.jit >= 1, `${on.jit} samples with JIT frames`);
   assert.equal(on.jitLabelled, on.jit, 'every sample with a JIT frame is labelled');
   assert.equal(on.labels.length, on.samples, `${on.labels.length} of ${on.samples} samples labelled`);
   assert.ok(on.labels.every((b) => b > 0 && b <= on.mapBytes), `labels within (0, ${on.mapBytes}]`);
   const off = nodeRun(false, 'addon');
-  assert.ok(off.samples > 20, `${off.samples} samples (control)`);
+  assert.ok(off.samples >= 5, `${off.samples} samples (control)`);
   assert.equal(off.labels.length, 0);
 });
 
