@@ -93,10 +93,8 @@ bool mp_dump(const char* path_in, mp_format_t format, bool peak) {
     goto done;
   }
 
-  sigset_t block, saved;
-  sigemptyset(&block);
-  sigaddset(&block, SIGXFSZ);
-  pthread_sigmask(SIG_BLOCK, &block, &saved);
+  sigset_t saved;
+  mp_sigxfsz_block(&saved);
   out->fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (out->fd < 0) {
     err = errno;
@@ -111,13 +109,7 @@ bool mp_dump(const char* path_in, mp_format_t format, bool peak) {
     if (err == 0 && rename(tmp, path) != 0) err = errno;
     if (err != 0) unlink(tmp);
   }
-  /* Consume a SIGXFSZ raised by our own write, so it is not delivered on unblocking. */
-  sigset_t pending;
-  if (sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ) && !sigismember(&saved, SIGXFSZ)) {
-    struct timespec zero = {0, 0};
-    (void)sigtimedwait(&block, NULL, &zero);
-  }
-  pthread_sigmask(SIG_SETMASK, &saved, NULL);
+  mp_sigxfsz_restore(&saved);
 
 done:
   if (out != NULL) mp_os_free(out, sizeof(mp_out_t));

@@ -18,6 +18,7 @@
 #define MP_INTERNAL_H
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -127,6 +128,14 @@ void mp_test_time(unsigned part, uint64_t since);
 /* ---- util.c: formatting without malloc, warnings ---- */
 size_t mp_fmt_u64(char* buf, uint64_t v);            /* decimal, returns length, no NUL */
 size_t mp_fmt_hex(char* buf, uint64_t v);            /* lowercase, no 0x, no NUL */
+/* Around a file's writing: SIGXFSZ blocked, so that a write past RLIMIT_FSIZE fails with EFBIG
+ * instead of ending the process; then the one the writes raised consumed, and the mask put back. */
+void mp_sigxfsz_block(sigset_t* before);
+void mp_sigxfsz_restore(const sigset_t* before);
+size_t mp_fmt_hex_bytes(char* buf, const uint8_t* bytes, size_t n); /* two lowercase digits a byte */
+/* The GNU build id among the notes of a PT_NOTE segment (its bytes, size and alignment): its
+ * length, *id pointing at it; 0 when there is none. */
+size_t mp_note_build_id(const void* notes, size_t size, size_t align, const uint8_t** id);
 size_t mp_strlen(const char* s);
 uint64_t mp_peak_rss(void); /* VmHWM in bytes, 0 when unknown */
 /* When this process began, in unix ms: the library's load (a fork child: the fork). With the

@@ -148,30 +148,9 @@ typedef struct mp_maps_s {
 } mp_maps_t;
 
 static size_t mp_build_id(const struct dl_phdr_info* info, const ElfW(Phdr)* ph, char* hex) {
-  static const char digits[] = "0123456789abcdef";
-  const uint8_t* p = (const uint8_t*)(info->dlpi_addr + ph->p_vaddr);
-  size_t left = ph->p_filesz;
-  size_t align = ph->p_align == 8 ? 8 : 4;
-  while (left >= sizeof(ElfW(Nhdr))) {
-    const ElfW(Nhdr)* n = (const ElfW(Nhdr)*)(const void*)p;
-    size_t name = ((size_t)n->n_namesz + align - 1) & ~(align - 1);
-    size_t desc = ((size_t)n->n_descsz + align - 1) & ~(align - 1);
-    if (sizeof(*n) + name + n->n_descsz > left) break;
-    const uint8_t* nm = p + sizeof(*n);
-    if (n->n_type == NT_GNU_BUILD_ID && n->n_namesz == 4 && nm[0] == 'G' && nm[1] == 'N' &&
-        nm[2] == 'U' && nm[3] == 0) {
-      size_t len = n->n_descsz < MP_BUILD_ID_MAX ? n->n_descsz : MP_BUILD_ID_MAX;
-      for (size_t i = 0; i < len; i++) {
-        hex[2 * i] = digits[nm[name + i] >> 4];
-        hex[2 * i + 1] = digits[nm[name + i] & 15];
-      }
-      return 2 * len;
-    }
-    if (sizeof(*n) + name + desc >= left) break;
-    p += sizeof(*n) + name + desc;
-    left -= sizeof(*n) + name + desc;
-  }
-  return 0;
+  const uint8_t* id = NULL;
+  size_t len = mp_note_build_id((const void*)(info->dlpi_addr + ph->p_vaddr), ph->p_filesz, ph->p_align, &id);
+  return mp_fmt_hex_bytes(hex, id, len < MP_BUILD_ID_MAX ? len : MP_BUILD_ID_MAX);
 }
 
 /* Loader callback: runs under the loader lock, so it only writes into preallocated room

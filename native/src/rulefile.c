@@ -99,21 +99,11 @@ static bool identity_from(const ElfW(Phdr)* ph, size_t phnum, uintptr_t bias, id
       if (ph[i].p_vaddr + ph[i].p_memsz > out->hi) out->hi = ph[i].p_vaddr + ph[i].p_memsz;
     }
     if (ph[i].p_type != PT_NOTE || out->id_len != 0) continue;
-    const uint8_t* p = (const uint8_t*)(bias + ph[i].p_vaddr);
-    const uint8_t* end = p + ph[i].p_memsz;
-    while (p + sizeof(ElfW(Nhdr)) <= end) {
-      ElfW(Nhdr) n;
-      memcpy(&n, p, sizeof(n));
-      const uint8_t* name = p + sizeof(n);
-      const uint8_t* desc = name + ((n.n_namesz + 3) & ~3u);
-      const uint8_t* next = desc + ((n.n_descsz + 3) & ~3u);
-      if (next > end || next <= p) break;
-      if (n.n_type == NT_GNU_BUILD_ID && n.n_namesz == 4 && memcmp(name, "GNU", 4) == 0 && n.n_descsz >= 8 && n.n_descsz <= ID_MAX) {
-        memcpy(out->id, desc, n.n_descsz);
-        out->id_len = (uint8_t)n.n_descsz;
-        break;
-      }
-      p = next;
+    const uint8_t* id = NULL;
+    size_t len = mp_note_build_id((const void*)(bias + ph[i].p_vaddr), ph[i].p_filesz, ph[i].p_align, &id);
+    if (len >= 8 && len <= ID_MAX) {
+      memcpy(out->id, id, len);
+      out->id_len = (uint8_t)len;
     }
   }
   return out->id_len != 0 && out->lo < out->hi;
@@ -152,11 +142,7 @@ static bool file_name(const identity_t* o, char* out, size_t cap, bool tmp) {
   if (n + 1 + 2 * ID_MAX + 64 > cap) return false; /* ".rules.tmp.<pid>.<ns>" at most 43 */
   memcpy(out, mp_env.unwind_cache, n);
   out[n++] = '/';
-  static const char hex[] = "0123456789abcdef";
-  for (unsigned i = 0; i < o->id_len; i++) {
-    out[n++] = hex[o->id[i] >> 4];
-    out[n++] = hex[o->id[i] & 15];
-  }
+  n += mp_fmt_hex_bytes(out + n, o->id, o->id_len);
   memcpy(out + n, ".rules", 6);
   n += 6;
   if (tmp) { /* unique across pid namespaces sharing the folder too: the clock's nanoseconds */
@@ -300,19 +286,11 @@ void mp_rules_save(void) {
         s->rule[s->rules].object = k;
         s->rules++;
       }
-      /* a file larger than RLIMIT_FSIZE allows fails with EFBIG, not SIGXFSZ's death (dump.c) */
-      sigset_t block, before;
-      sigemptyset(&block);
-      sigaddset(&block, SIGXFSZ);
-      pthread_sigmask(SIG_BLOCK, &block, &before);
+      sigset_t before; /* a file larger than RLIMIT_FSIZE allows fails with EFBIG, not SIGXFSZ's death */
+      mp_sigxfsz_block(&before);
       (void)syscall(SYS_mkdirat, AT_FDCWD, mp_env.unwind_cache, 0700); /* one level; EEXIST is fine */
       for (unsigned k = 0; k < s->objects.n; k++) write_object(s, k);
-      sigset_t pending;
-      if (sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ) && !sigismember(&before, SIGXFSZ)) {
-        struct timespec zero = {0, 0};
-        (void)sigtimedwait(&block, NULL, &zero); /* ours: not delivered on unblocking */
-      }
-      pthread_sigmask(SIG_SETMASK, &before, NULL);
+      mp_sigxfsz_restore(&before);
     }
     mp_os_free(s, sizeof(*s));
   }

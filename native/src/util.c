@@ -3,9 +3,13 @@
  * child. No function here is a cancellation point (cancel.h): output goes through
  * mp_write_nocancel, /proc reads through raw system calls. */
 #define _GNU_SOURCE
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -181,6 +185,58 @@ size_t mp_fmt_u64(char* buf, uint64_t v) {
   } while (v != 0);
   for (size_t i = 0; i < n; i++) buf[i] = tmp[n - 1 - i];
   return n;
+}
+
+size_t mp_fmt_hex_bytes(char* buf, const uint8_t* bytes, size_t n) {
+  static const char digits[] = "0123456789abcdef";
+  for (size_t i = 0; i < n; i++) {
+    buf[2 * i] = digits[bytes[i] >> 4];
+    buf[2 * i + 1] = digits[bytes[i] & 15];
+  }
+  return 2 * n;
+}
+
+/* ---- writing files past RLIMIT_FSIZE ---------------------------------------------------------- */
+void mp_sigxfsz_block(sigset_t* before) {
+  sigset_t block;
+  sigemptyset(&block);
+  sigaddset(&block, SIGXFSZ);
+  pthread_sigmask(SIG_BLOCK, &block, before);
+}
+
+void mp_sigxfsz_restore(const sigset_t* before) {
+  sigset_t pending, block;
+  sigemptyset(&block);
+  sigaddset(&block, SIGXFSZ);
+  /* one our own write raised: consumed, so that it is not delivered on unblocking */
+  if (sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ) && !sigismember(before, SIGXFSZ)) {
+    struct timespec zero = {0, 0};
+    (void)sigtimedwait(&block, NULL, &zero);
+  }
+  pthread_sigmask(SIG_SETMASK, before, NULL);
+}
+
+/* ---- ELF notes ------------------------------------------------------------------------------ */
+size_t mp_note_build_id(const void* notes, size_t size, size_t align, const uint8_t** id) {
+  const uint8_t* p = notes;
+  size_t left = size;
+  align = align == 8 ? 8 : 4;
+  while (left >= sizeof(ElfW(Nhdr))) {
+    ElfW(Nhdr) n;
+    memcpy(&n, p, sizeof(n));
+    size_t name = ((size_t)n.n_namesz + align - 1) & ~(align - 1);
+    size_t desc = ((size_t)n.n_descsz + align - 1) & ~(align - 1);
+    if (sizeof(n) + name + n.n_descsz > left) break;
+    const uint8_t* nm = p + sizeof(n);
+    if (n.n_type == NT_GNU_BUILD_ID && n.n_namesz == 4 && memcmp(nm, "GNU", 4) == 0) {
+      *id = nm + name;
+      return n.n_descsz;
+    }
+    if (sizeof(n) + name + desc >= left) break;
+    p += sizeof(n) + name + desc;
+    left -= sizeof(n) + name + desc;
+  }
+  return 0;
 }
 
 size_t mp_fmt_hex(char* buf, uint64_t v) {
