@@ -995,10 +995,11 @@ static void put(set_t* set, uintptr_t pc, uint64_t rule) {
   static atomic_bool raised; /* the hostile-signals test: the program's SIGPROF lands here, once */
   if (mp_test_hook("MP_TEST_SIGNAL_IN_UNWIND_WRITER") && !atomic_exchange(&raised, true)) raise(SIGPROF);
 #endif
-  unsigned i = 0;
-  while (i < CACHE_WAYS && (atomic_load_explicit(&set->way[i].tag, memory_order_relaxed) >> 16) != 0 &&
-         (atomic_load_explicit(&set->way[i].tag, memory_order_relaxed) >> 16) != pc)
-    i++;
+  unsigned i = 0; /* the first empty way, or pc's own (a rule from the files may be there already) */
+  for (; i < CACHE_WAYS; i++) {
+    uint64_t held = atomic_load_explicit(&set->way[i].tag, memory_order_relaxed) >> 16;
+    if (held == 0 || held == pc) break;
+  }
   if (i == CACHE_WAYS) i = next_victim++ % CACHE_WAYS; /* full: round robin */
   slot_t* s = &set->way[i];
   uint64_t tag = atomic_load_explicit(&s->tag, memory_order_relaxed);
