@@ -680,7 +680,14 @@ void mp_signals_install(bool with_exit_profile); /* at load, in a process the pr
 /* Signals held back on this thread while it held a profiler lock (signals.c hold_back), bit
  * sig-1: blocked on this thread until it releases its last lock (mp_unlock), then delivered in order. */
 extern __thread uint64_t mp_held_signals __attribute__((tls_model("initial-exec")));
-void mp_signals_release(void);
+/* A thread that held back a real-time signal blocks the real-time signals around each of its
+ * profiler sections for a while after (signals.c mp_signals_section_begin): until then
+ * (CLOCK_MONOTONIC_COARSE, ns; 0 when not), and the bits the current section blocked, to
+ * unblock when it releases its last lock. */
+extern __thread uint64_t mp_section_block_until __attribute__((tls_model("initial-exec")));
+extern __thread uint64_t mp_section_blocked __attribute__((tls_model("initial-exec")));
+void mp_signals_section_begin(void); /* at a thread's first profiler lock, while until != 0 */
+void mp_signals_release(void);       /* at its last release, while either word is not 0 */
 void mp_signals_fork_prepare(void); /* fork: no sigaction() under way across it */
 void mp_signals_fork_parent(void);
 void mp_signals_child_forget(void); /* fork child */

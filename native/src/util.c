@@ -96,6 +96,8 @@ static void note_lock(const mp_lock_t* lock) {
   }
   mp_assert(held_locks.depth < MP_MAX_HELD);
   held_locks.held[held_locks.depth++] = lock;
+  atomic_signal_fence(memory_order_seq_cst);
+  if (held_locks.depth == 1 && __builtin_expect(mp_section_block_until != 0, 0)) mp_signals_section_begin();
 }
 
 static void note_unlock(const mp_lock_t* lock) {
@@ -116,6 +118,7 @@ static inline void note_lock(const mp_lock_t* lock) {
   (void)lock;
   held_count++;
   atomic_signal_fence(memory_order_seq_cst);
+  if (held_count == 1 && __builtin_expect(mp_section_block_until != 0, 0)) mp_signals_section_begin();
 }
 static inline void note_unlock(const mp_lock_t* lock) { (void)lock; }
 static inline void note_released(void) {
@@ -127,6 +130,12 @@ static inline void note_released(void) {
 void mp_locks_forget(void) { held_count = 0; }
 unsigned mp_locks_held(void) { return held_count; }
 #endif
+
+/* After a release: the signals held back meanwhile, and those the section blocked, once this
+ * thread holds no lock (signals.c). */
+static inline void after_release(void) {
+  if (__builtin_expect((mp_held_signals | mp_section_blocked) != 0, 0) && mp_locks_held() == 0) mp_signals_release();
+}
 
 static inline bool try_take(mp_lock_t* lock) {
   return !atomic_load_explicit(&lock->held, memory_order_relaxed) &&
@@ -150,7 +159,7 @@ bool mp_lock_briefly(mp_lock_t* lock) {
   }
   note_unlock(lock);
   note_released();
-  if (__builtin_expect(mp_held_signals != 0, 0) && mp_locks_held() == 0) mp_signals_release();
+  after_release();
   return false;
 }
 
@@ -159,7 +168,7 @@ bool mp_lock_try(mp_lock_t* lock) {
   if (try_take(lock)) return true;
   note_unlock(lock);
   note_released();
-  if (__builtin_expect(mp_held_signals != 0, 0) && mp_locks_held() == 0) mp_signals_release();
+  after_release();
   return false;
 }
 
@@ -169,7 +178,7 @@ void mp_unlock(mp_lock_t* lock) {
   atomic_signal_fence(memory_order_seq_cst);
   note_unlock(lock);
   note_released();
-  if (__builtin_expect(mp_held_signals != 0, 0) && mp_locks_held() == 0) mp_signals_release();
+  after_release();
 }
 
 /* For the fork child, where only this thread exists: every lock is free again. */
