@@ -118,6 +118,10 @@ bool mp_test_hook(const char* name);
 enum { MP_TIME_SAMPLE, MP_TIME_WALK, MP_TIME_MISS, MP_TIME_GIVE, MP_TIME_ALLOC, MP_TIME_TABLE, MP_TIME_BUCKET, MP_TIME_PEAK, MP_TIME_PARTS };
 uint64_t mp_test_clock(void);
 void mp_test_time(unsigned part, uint64_t since);
+/* MP_TEST_STEAL_HELD=1 (signals.c): once, a real-time signal held back at a last release's
+ * last moment (step 0), and another signal whose handler makes a release of its own right
+ * after the count is 0 (step 1). */
+void mp_test_steal_held(int step);
 #define MP_TEST_TIME_START(v) uint64_t v = mp_test_clock()
 #define MP_TEST_TIME_END(part, v) mp_test_time(part, v)
 #else
@@ -682,12 +686,16 @@ void mp_signals_install(bool with_exit_profile); /* at load, in a process the pr
 extern __thread uint64_t mp_held_signals __attribute__((tls_model("initial-exec")));
 /* A thread that held back a real-time signal blocks the real-time signals around each of its
  * profiler sections for a while after (signals.c mp_signals_section_begin): until then
- * (CLOCK_MONOTONIC_COARSE, ns; 0 when not), and the bits the current section blocked, to
- * unblock when it releases its last lock. */
+ * (CLOCK_MONOTONIC_COARSE, ns; 0 when not), and the bits the current section blocked, not 0
+ * only while that section holds a lock (its last release takes them: util.c). */
 extern __thread uint64_t mp_section_block_until __attribute__((tls_model("initial-exec")));
 extern __thread uint64_t mp_section_blocked __attribute__((tls_model("initial-exec")));
-void mp_signals_section_begin(void); /* at a thread's first profiler lock, while until != 0 */
-void mp_signals_release(void);       /* at its last release, while either word is not 0 */
+/* At a thread's first profiler lock, while until != 0, before it is counted (a real-time signal
+ * then is delivered, not held back and put back): the bits it blocked, stored in
+ * mp_section_blocked once counted (a handler before that finds them blocked, and not its own). */
+uint64_t mp_signals_section_begin(void);
+/* At its last release, with the bits its section blocked and those held back in it (util.c). */
+void mp_signals_release(uint64_t section_bits, uint64_t held_bits);
 void mp_signals_fork_prepare(void); /* fork: no sigaction() under way across it */
 void mp_signals_fork_parent(void);
 void mp_signals_child_forget(void); /* fork child */

@@ -51,6 +51,7 @@
 #include <signal.h>
 #include <stddef.h>
 #include <string.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -471,6 +472,15 @@ static __thread struct {
   unsigned char info[HELD_MAX][HELD_INFO_BYTES];
 } held __attribute__((tls_model("initial-exec")));
 
+/* The held signals that releases on this thread unblocked while the program's handler now
+ * running ran (on_signal keeps the count of each handler). A release inside a handler may
+ * deliver one held back in the context the handler interrupted, or one that context's own
+ * release would have delivered: it unblocks it for the handler, and sigreturn would block it
+ * again there for good, from the mask saved when the handler came. on_signal takes them out of
+ * that saved mask: held back, a signal was not blocked in the context where it came, nor in
+ * any context between that one and this handler. */
+static __thread uint64_t released_here __attribute__((tls_model("initial-exec")));
+
 static int held_signo(unsigned k) {
   int sig;
   memcpy(&sig, held.info[k], sizeof(sig));
@@ -517,13 +527,56 @@ static uint64_t realtime_bits(void) { /* the C library's, SIGRTMIN up: below it 
   return bits;
 }
 
-void mp_signals_section_begin(void) {
+#ifdef MP_TEST_HOOKS
+/* MP_TEST_SIGNAL_COUNTS=1: how often a held real-time signal was put back, and how many
+ * sections blocked the real-time signals, printed at exit (the queued test). */
+static _Atomic uint64_t rt_put_backs, sections_blocked;
+static void report_signal_counts(void) {
+  char line[128] = "signal counts: rt_put_backs=";
+  size_t n = mp_strlen(line);
+  n += mp_fmt_u64(line + n, atomic_load(&rt_put_backs));
+  const char* more = " sections_blocked=";
+  for (size_t i = 0; more[i] != 0; i++) line[n++] = more[i];
+  n += mp_fmt_u64(line + n, atomic_load(&sections_blocked));
+  line[n] = 0;
+  mp_write_stderr(line);
+}
+#endif
+
+#ifdef MP_TEST_HOOKS
+static __thread bool steal_step_due __attribute__((tls_model("initial-exec")));
+void mp_test_steal_held(int step) {
+  static atomic_int done;
+  if (!mp_test_hook("MP_TEST_STEAL_HELD") || atomic_load_explicit(&done, memory_order_relaxed) != 0) return;
+  pid_t pid = (pid_t)syscall(SYS_getpid), tid = (pid_t)syscall(SYS_gettid);
+  if (step == 0) {
+    struct sigaction rt, other;
+    read_view(SIGRTMIN, &rt);
+    read_view(SIGUSR1, &other);
+    if (rt.sa_handler == SIG_DFL || rt.sa_handler == SIG_IGN || other.sa_handler == SIG_DFL || other.sa_handler == SIG_IGN) return;
+    steal_step_due = true;
+    (void)syscall(SYS_tgkill, pid, tid, SIGRTMIN); /* comes at once, and is held back */
+  } else if (steal_step_due) {
+    steal_step_due = false;
+    atomic_store(&done, 1);
+    (void)syscall(SYS_tgkill, pid, tid, SIGUSR1); /* comes at once; its handler calls the API */
+  }
+}
+#endif
+
+/* Only the bits it blocks itself are the section's: one that a handler begins while an outer
+ * section or release still has them blocked (util.c take_section_bits) leaves them to it. */
+uint64_t mp_signals_section_begin(void) {
   if (coarse_now_ns() >= mp_section_block_until) {
     mp_section_block_until = 0;
-    return;
+    return 0;
   }
   uint64_t bits = realtime_bits(), before = 0;
-  if (syscall(SYS_rt_sigprocmask, SIG_BLOCK, &bits, &before, sizeof(bits)) == 0) mp_section_blocked = bits & ~before;
+  if (syscall(SYS_rt_sigprocmask, SIG_BLOCK, &bits, &before, sizeof(bits)) != 0) return 0;
+#ifdef MP_TEST_HOOKS
+  atomic_fetch_add_explicit(&sections_blocked, 1, memory_order_relaxed);
+#endif
+  return bits & ~before;
 }
 
 static void arm_section_block(int sig) {
@@ -608,6 +661,7 @@ static void deliver_oldest(void) {
     }
   }
 #ifdef MP_TEST_HOOKS
+  if (!is_standard(sig)) atomic_fetch_add_explicit(&rt_put_backs, 1, memory_order_relaxed);
   if (mp_test_hook("MP_TEST_PUT_BACK_BEHIND") && !is_standard(sig)) { /* the queued test's control: behind the later ones */
     for (unsigned i = 0; i < n; i++) (void)queue_here(&later[i]);
     n = 0;
@@ -617,6 +671,7 @@ static void deliver_oldest(void) {
   if (!is_standard(sig))
     for (unsigned i = 0; i < n; i++) (void)queue_here(&later[i]); /* a queue: in order */
   mp_held_signals &= ~sig_bit(sig);
+  released_here |= sig_bit(sig);
   atomic_signal_fence(memory_order_seq_cst);
   unblock_here(sig_bit(sig)); /* delivered here */
   if (is_standard(sig))
@@ -624,15 +679,21 @@ static void deliver_oldest(void) {
   if (later != NULL) (void)syscall(SYS_munmap, later, LATER_MAX * sizeof(siginfo_t));
 }
 
-void mp_signals_release(void) {
+void mp_signals_release(uint64_t section_bits, uint64_t held_bits) {
   int saved = errno;
+  /* The section's first, but for the held ones: their later instances go behind them
+   * (deliver_oldest). Before any handler runs, so that one that leaves by a jump leaves none
+   * of them blocked. */
+  uint64_t now = section_bits & ~mp_held_signals;
+  if (now != 0) unblock_here(now);
   while (held.n > 0 && mp_locks_held() == 0) deliver_oldest(); /* a handler may hold and release in turn */
   if (mp_locks_held() == 0) {
-    /* queued to the kernel at once (more than HELD_MAX), and those the section blocked */
-    uint64_t rest = mp_held_signals | mp_section_blocked;
+    /* queued to the kernel at once (more than HELD_MAX), and those held in this context that a
+     * handler's own release delivered: its return blocked them here again (util.c) */
+    uint64_t rest = mp_held_signals | held_bits;
     mp_held_signals = 0;
-    mp_section_blocked = 0;
     atomic_signal_fence(memory_order_seq_cst);
+    released_here |= rest;
     if (rest != 0) unblock_here(rest);
   }
   errno = saved;
@@ -718,8 +779,19 @@ static void on_signal(int sig, siginfo_t* info, void* context) {
     return;
   }
   if (prog.sa_flags & SA_RESETHAND) reset_to_default(sig, &prog);
+  uint64_t released_before = released_here;
+  released_here = 0;
   if (prog.sa_flags & SA_SIGINFO) prog.sa_sigaction(sig, info, context);
   else prog.sa_handler(sig);
+  uint64_t released = released_here;
+  if (released != 0 && context != NULL) {
+#ifdef MP_TEST_HOOKS
+    if (!mp_test_hook("MP_TEST_NO_RELEASE_FIXUP")) /* the nested-release test's control */
+#endif
+      for (int s = 1; s <= MAX_SIG; s++)
+        if ((released & sig_bit(s)) != 0) sigdelset(&((ucontext_t*)context)->uc_sigmask, s);
+  }
+  released_here = released_before | released; /* the context below may be a handler's too */
 }
 
 /* ---- the interposed calls ----------------------------------------------------------------- */
@@ -903,4 +975,7 @@ void mp_signals_install(bool with_exit_profile) {
     if (cur.sa_handler != SIG_IGN && (cur.sa_handler != SIG_DFL || ends_with_profile(sig))) (void)apply(sig, &cur, &view);
   }
   atomic_store_explicit(&active, true, memory_order_release);
+#ifdef MP_TEST_HOOKS
+  if (mp_test_hook("MP_TEST_SIGNAL_COUNTS")) atexit(report_signal_counts);
+#endif
 }

@@ -95,9 +95,10 @@ static void note_lock(const mp_lock_t* lock) {
     mp_assert(lock->level > top->level || (lock->level == top->level && lock > top));
   }
   mp_assert(held_locks.depth < MP_MAX_HELD);
+  uint64_t section_bits = held_locks.depth == 0 && __builtin_expect(mp_section_block_until != 0, 0) ? mp_signals_section_begin() : 0;
   held_locks.held[held_locks.depth++] = lock;
   atomic_signal_fence(memory_order_seq_cst);
-  if (held_locks.depth == 1 && __builtin_expect(mp_section_block_until != 0, 0)) mp_signals_section_begin();
+  if (section_bits != 0) mp_section_blocked |= section_bits;
 }
 
 static void note_unlock(const mp_lock_t* lock) {
@@ -116,9 +117,10 @@ static inline void note_released(void) { atomic_signal_fence(memory_order_seq_cs
 static __thread unsigned held_count __attribute__((tls_model("initial-exec")));
 static inline void note_lock(const mp_lock_t* lock) {
   (void)lock;
+  uint64_t section_bits = held_count == 0 && __builtin_expect(mp_section_block_until != 0, 0) ? mp_signals_section_begin() : 0;
   held_count++;
   atomic_signal_fence(memory_order_seq_cst);
-  if (held_count == 1 && __builtin_expect(mp_section_block_until != 0, 0)) mp_signals_section_begin();
+  if (section_bits != 0) mp_section_blocked |= section_bits;
 }
 static inline void note_unlock(const mp_lock_t* lock) { (void)lock; }
 static inline void note_released(void) {
@@ -131,10 +133,29 @@ void mp_locks_forget(void) { held_count = 0; }
 unsigned mp_locks_held(void) { return held_count; }
 #endif
 
+/* What the release that ends a section answers for, read while that section still counts its
+ * last lock: the real-time signals its section blocked (signals.c mp_signals_section_begin),
+ * taken, and the signals held back in it, which a hold blocks in this very context. A handler
+ * that runs between here and the release's end (one held back and delivered, or one that comes
+ * once the count is 0) may begin sections and release them, and deliver the held ones itself;
+ * whatever it unblocks, its return blocks again in this context, so this release unblocks them
+ * all here, after, whoever delivered them. */
+static inline uint64_t take_section_bits(void) {
+  if (__builtin_expect(mp_section_blocked == 0, 1) || mp_locks_held() != 1) return 0;
+  uint64_t bits = mp_section_blocked;
+  mp_section_blocked = 0;
+  atomic_signal_fence(memory_order_seq_cst);
+  return bits;
+}
+static inline uint64_t held_here(void) { return mp_locks_held() == 1 ? mp_held_signals : 0; }
+
 /* After a release: the signals held back meanwhile, and those the section blocked, once this
- * thread holds no lock (signals.c). */
-static inline void after_release(void) {
-  if (__builtin_expect((mp_held_signals | mp_section_blocked) != 0, 0) && mp_locks_held() == 0) mp_signals_release();
+ * thread holds no lock. */
+static inline void after_release(uint64_t section_bits, uint64_t held_bits) {
+  if (__builtin_expect((mp_held_signals | held_bits | section_bits) != 0, 0)) {
+    if (mp_locks_held() == 0) mp_signals_release(section_bits, held_bits);
+    else mp_section_blocked |= section_bits; /* a handler took a lock and kept it: its release */
+  }
 }
 
 static inline bool try_take(mp_lock_t* lock) {
@@ -157,18 +178,20 @@ bool mp_lock_briefly(mp_lock_t* lock) {
     if (try_take(lock)) return true;
     mp_spin_hint();
   }
+  uint64_t section_bits = take_section_bits(), held_bits = held_here();
   note_unlock(lock);
   note_released();
-  after_release();
+  after_release(section_bits, held_bits);
   return false;
 }
 
 bool mp_lock_try(mp_lock_t* lock) {
   note_lock(lock);
   if (try_take(lock)) return true;
+  uint64_t section_bits = take_section_bits(), held_bits = held_here();
   note_unlock(lock);
   note_released();
-  after_release();
+  after_release(section_bits, held_bits);
   return false;
 }
 
@@ -176,9 +199,16 @@ bool mp_lock_try(mp_lock_t* lock) {
 void mp_unlock(mp_lock_t* lock) {
   atomic_store_explicit(&lock->held, 0, memory_order_release);
   atomic_signal_fence(memory_order_seq_cst);
+  uint64_t section_bits = take_section_bits(), held_bits = held_here();
+#ifdef MP_TEST_HOOKS
+  if (mp_locks_held() == 1) mp_test_steal_held(0);
+#endif
   note_unlock(lock);
   note_released();
-  after_release();
+#ifdef MP_TEST_HOOKS
+  if (mp_locks_held() == 0) mp_test_steal_held(1);
+#endif
+  after_release(section_bits, held_bits);
 }
 
 /* For the fork child, where only this thread exists: every lock is free again. */

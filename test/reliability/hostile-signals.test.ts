@@ -190,6 +190,60 @@ test('positive control: queued again at once and not blocked (MP_TEST_REQUEUE_HO
   assert.ok(!(r.ok && r.inOrder), `the control passed: ${r.line}`);
 });
 
+// How often a held real-time signal is put back (the hooks build counts it: MP_TEST_SIGNAL_COUNTS). After one, the
+// thread blocks the real-time signals around its sections for 100 ms (signals.c arm_section_block), and the section
+// blocks them before it counts its first lock, so no other lands in a section meanwhile: at most one put-back per
+// 100 ms of the bursts, less the clock's tick (CLOCK_MONOTONIC_COARSE: 10 ms at the most), plus the first.
+const putBackBound = (rtMs: number) => Math.floor(rtMs / 90) + 1;
+function putBacks(env: Record<string, string>) {
+  const r = runUnder(buildTestHooks(), plainFixture(), ['queued'], { ...queuedEnv, MP_TEST_SIGNAL_COUNTS: '1', ...env }, TIMEOUT_MS);
+  const q = queued(r);
+  const counts = new KV((/signal counts: (.*)/.exec(r.stderr)?.[1] ?? '').trim().split(/\s+/).join('\n'));
+  return { q, rtMs: new KV(r.stdout).num('rt_ms'), putBacks: counts.num('rt_put_backs'), sections: counts.num('sections_blocked') };
+}
+
+test('a thread that held back a real-time signal blocks them around its sections: at most one put-back per 100 ms', (t) => {
+  const p = putBacks({});
+  t.diagnostic(`${p.putBacks} put-backs in ${p.rtMs} ms of bursts (bound ${putBackBound(p.rtMs)}), ${p.sections} sections blocked; ${p.q.line}`);
+  assert.ok(p.q.ok, p.q.line);
+  assert.ok(p.sections > 0, 'no section blocked the real-time signals');
+  assert.ok(p.putBacks >= 1 && p.putBacks <= putBackBound(p.rtMs), `${p.putBacks} put-backs`);
+});
+
+test('positive control: sections not blocked (MP_TEST_NO_SECTION_BLOCK=1) put back far more', (t) => {
+  const p = putBacks({ MP_TEST_NO_SECTION_BLOCK: '1' });
+  t.diagnostic(`control: ${p.putBacks} put-backs in ${p.rtMs} ms (bound ${putBackBound(p.rtMs)})`);
+  assert.ok(p.putBacks > putBackBound(p.rtMs), `${p.putBacks} put-backs`);
+});
+
+// A release inside a handler (the program's SIGUSR1 handler calls the API, which takes the profiler's locks) may
+// deliver a signal held back in the context the handler interrupted: it unblocks it there, and the handler's return
+// would block it again for good (sigreturn restores the mask saved when the handler came). on_signal takes such
+// signals out of that saved mask. The hooks build makes it happen once (MP_TEST_STEAL_HELD): a SIGRTMIN held back at a
+// last release's last moment, and a SIGUSR1 right after the count is 0.
+function steal(env: Record<string, string>) {
+  const r = runUnder(buildTestHooks(), plainFixture(), ['steal'], { MIMALLOC_PROF: '1', MIMALLOC_PROF_SAMPLE_INTERVAL: '64', MP_TEST_STEAL_HELD: '1', ...env }, TIMEOUT_MS);
+  assert.equal(r.status, 0, `${ending(r)} ${r.stderr}`);
+  return { out: new KV(r.stdout), line: r.stdout.trim().replace(/\n/g, ' ') };
+}
+
+test('a held signal that a handler\'s own release delivers is unblocked where it was held', (t) => {
+  const { out, line } = steal({});
+  t.diagnostic(line);
+  assert.equal(out.num('usr_seen'), 1, `the hook did not fire: ${line}`);
+  assert.equal(out.num('rt_seen'), 1, line);
+  assert.equal(out.num('rt_blocked'), 0, `SIGRTMIN left blocked: ${line}`);
+  assert.equal(out.num('rt_after'), 1, `a later SIGRTMIN was not delivered: ${line}`);
+});
+
+test('positive control: without the saved mask mended (MP_TEST_NO_RELEASE_FIXUP=1) SIGRTMIN stays blocked', (t) => {
+  const { out, line } = steal({ MP_TEST_NO_RELEASE_FIXUP: '1' });
+  t.diagnostic(`control: ${line}`);
+  assert.equal(out.num('usr_seen'), 1, `the hook did not fire: ${line}`);
+  assert.equal(out.num('rt_blocked'), 1, line);
+  assert.equal(out.num('rt_after'), 0, line);
+});
+
 // ---- a handler inside the unwind cache's writer ------------------------------------------------
 // The rule cache (native/src/unwind.c) has one writer at a time. A program's handler that lands while this thread
 // writes, and leaves by siglongjmp, would leave the writer taken for good: no later rule would be cached, and every
