@@ -476,9 +476,9 @@ static __thread struct {
  * running ran (on_signal keeps the count of each handler). A release inside a handler may
  * deliver one held back in the context the handler interrupted, or one that context's own
  * release would have delivered: it unblocks it for the handler, and sigreturn would block it
- * again there for good, from the mask saved when the handler came. on_signal takes them out of
- * that saved mask: held back, a signal was not blocked in the context where it came, nor in
- * any context between that one and this handler. */
+ * again there for good, from the mask saved when the handler came. on_signal takes those that
+ * were held back when the handler came, and blocked in that saved mask, out of it: the hold
+ * blocked them there (the signal came, so the program had not). */
 static __thread uint64_t released_here __attribute__((tls_model("initial-exec")));
 
 static int held_signo(unsigned k) {
@@ -779,18 +779,26 @@ static void on_signal(int sig, siginfo_t* info, void* context) {
     return;
   }
   if (prog.sa_flags & SA_RESETHAND) reset_to_default(sig, &prog);
+  /* Held back in the context this handler interrupted, and so blocked there by the hold: only
+   * those come out of the saved mask. Not the rest of what a release here unblocks: the saved
+   * mask may be one the program set (sigsuspend, pselect, ppoll and epoll_pwait leave the mask
+   * from before the call there, which blocks what the program keeps for the handlers). */
+  uint64_t held_below = 0;
+  if (mp_held_signals != 0 && context != NULL)
+    for (int s = 1; s <= MAX_SIG; s++)
+      if ((mp_held_signals & sig_bit(s)) != 0 && sigismember(&((ucontext_t*)context)->uc_sigmask, s) == 1) held_below |= sig_bit(s);
   uint64_t released_before = released_here;
   released_here = 0;
   if (prog.sa_flags & SA_SIGINFO) prog.sa_sigaction(sig, info, context);
   else prog.sa_handler(sig);
-  uint64_t released = released_here;
-  if (released != 0 && context != NULL) {
+  uint64_t released = released_here, mend = released & held_below;
 #ifdef MP_TEST_HOOKS
-    if (!mp_test_hook("MP_TEST_NO_RELEASE_FIXUP")) /* the nested-release test's control */
+  if (mp_test_hook("MP_TEST_NO_RELEASE_FIXUP")) mend = 0;            /* the steal test's control */
+  if (mp_test_hook("MP_TEST_RELEASE_FIXUP_ALL")) mend = released;    /* the suspend test's control */
 #endif
-      for (int s = 1; s <= MAX_SIG; s++)
-        if ((released & sig_bit(s)) != 0) sigdelset(&((ucontext_t*)context)->uc_sigmask, s);
-  }
+  if (mend != 0)
+    for (int s = 1; s <= MAX_SIG; s++)
+      if ((mend & sig_bit(s)) != 0) sigdelset(&((ucontext_t*)context)->uc_sigmask, s);
   released_here = released_before | released; /* the context below may be a handler's too */
 }
 
