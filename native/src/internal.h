@@ -152,6 +152,7 @@ void mp_write_stderr(const char* msg);              /* "mimalloc-pprof: " prefix
  * (`size_v1`), 0 anything else (errno EINVAL). */
 unsigned mp_struct_version(const void* s, size_t size_now, size_t size_v1);
 int64_t mp_monotonic_ns(void); /* CLOCK_MONOTONIC */
+uint64_t mp_coarse_ns(void);    /* CLOCK_MONOTONIC_COARSE: a tick's precision, a vDSO read */
 /* One turn of a bounded wait: yields and returns true while the wait, which began at its first
  * turn (*deadline 0 then; a caller may set an earlier deadline), has not passed it. */
 bool mp_wait_turn(int64_t* deadline, int64_t limit_ns);
@@ -694,8 +695,8 @@ extern __thread uint64_t mp_section_blocked __attribute__((tls_model("initial-ex
  * then is delivered, not held back and put back): the bits it blocked, stored in
  * mp_section_blocked once counted (a handler before that finds them blocked, and not its own). */
 uint64_t mp_signals_section_begin(void);
-/* At its last release, with the bits its section blocked and those held back in it (util.c). */
-void mp_signals_release(uint64_t section_bits, uint64_t held_bits);
+/* At its last release, with the bits its section blocked (util.c), while they or held signals are there. */
+void mp_signals_release(uint64_t section_bits);
 void mp_signals_fork_prepare(void); /* fork: no sigaction() under way across it */
 void mp_signals_fork_parent(void);
 void mp_signals_child_forget(void); /* fork child */

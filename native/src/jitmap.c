@@ -39,14 +39,8 @@ static atomic_bool opening;
 
 #define RETRY_NS 5000000ull /* the map appears as V8 starts: until then (a C program: always) an open every 5 ms */
 
-static uint64_t coarse_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void try_open(void) {
-  uint64_t now = coarse_ns();
+  uint64_t now = mp_coarse_ns();
   if (now < atomic_load_explicit(&retry_at, memory_order_relaxed)) return;
   if (atomic_exchange_explicit(&opening, true, memory_order_acquire)) return;
   if (atomic_load(&map_fd) < 0) {

@@ -515,17 +515,8 @@ static bool queue_here(siginfo_t* info) {
  * holding it back keeps its order already; the fatal and exit signals keep their paths. */
 #define SECTION_BLOCK_NS ((uint64_t)100 * 1000 * 1000)
 
-static uint64_t coarse_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t realtime_bits(void) { /* the C library's, SIGRTMIN up: below it are its own */
-  uint64_t bits = 0;
-  for (int s = SIGRTMIN; s <= SIGRTMAX && s <= MAX_SIG; s++) bits |= sig_bit(s);
-  return bits;
-}
+/* The C library's real-time signals, SIGRTMIN up (below it are its own): set at install. */
+static uint64_t realtime_bits;
 
 #ifdef MP_TEST_HOOKS
 /* MP_TEST_SIGNAL_COUNTS=1: how often a held real-time signal was put back, and how many
@@ -567,11 +558,11 @@ void mp_test_steal_held(int step) {
 /* Only the bits it blocks itself are the section's: one that a handler begins while an outer
  * section or release still has them blocked (util.c take_section_bits) leaves them to it. */
 uint64_t mp_signals_section_begin(void) {
-  if (coarse_now_ns() >= mp_section_block_until) {
+  if (mp_coarse_ns() >= mp_section_block_until) {
     mp_section_block_until = 0;
     return 0;
   }
-  uint64_t bits = realtime_bits(), before = 0;
+  uint64_t bits = realtime_bits, before = 0;
   if (syscall(SYS_rt_sigprocmask, SIG_BLOCK, &bits, &before, sizeof(bits)) != 0) return 0;
 #ifdef MP_TEST_HOOKS
   atomic_fetch_add_explicit(&sections_blocked, 1, memory_order_relaxed);
@@ -584,7 +575,7 @@ static void arm_section_block(int sig) {
 #ifdef MP_TEST_HOOKS
   if (mp_test_hook("MP_TEST_NO_SECTION_BLOCK")) return; /* the queued test's control */
 #endif
-  mp_section_block_until = coarse_now_ns() + SECTION_BLOCK_NS;
+  mp_section_block_until = mp_coarse_ns() + SECTION_BLOCK_NS;
 }
 
 static bool hold_back(int sig, const siginfo_t* info, void* context) {
@@ -679,7 +670,7 @@ static void deliver_oldest(void) {
   if (later != NULL) (void)syscall(SYS_munmap, later, LATER_MAX * sizeof(siginfo_t));
 }
 
-void mp_signals_release(uint64_t section_bits, uint64_t held_bits) {
+void mp_signals_release(uint64_t section_bits) {
   int saved = errno;
   /* The section's first, but for the held ones: their later instances go behind them
    * (deliver_oldest). Before any handler runs, so that one that leaves by a jump leaves none
@@ -688,9 +679,7 @@ void mp_signals_release(uint64_t section_bits, uint64_t held_bits) {
   if (now != 0) unblock_here(now);
   while (held.n > 0 && mp_locks_held() == 0) deliver_oldest(); /* a handler may hold and release in turn */
   if (mp_locks_held() == 0) {
-    /* queued to the kernel at once (more than HELD_MAX), and those held in this context that a
-     * handler's own release delivered: its return blocked them here again (util.c) */
-    uint64_t rest = mp_held_signals | held_bits;
+    uint64_t rest = mp_held_signals; /* queued to the kernel at once (more than HELD_MAX) */
     mp_held_signals = 0;
     atomic_signal_fence(memory_order_seq_cst);
     released_here |= rest;
@@ -783,10 +772,11 @@ static void on_signal(int sig, siginfo_t* info, void* context) {
    * those come out of the saved mask. Not the rest of what a release here unblocks: the saved
    * mask may be one the program set (sigsuspend, pselect, ppoll and epoll_pwait leave the mask
    * from before the call there, which blocks what the program keeps for the handlers). */
-  uint64_t held_below = 0;
-  if (mp_held_signals != 0 && context != NULL)
-    for (int s = 1; s <= MAX_SIG; s++)
-      if ((mp_held_signals & sig_bit(s)) != 0 && sigismember(&((ucontext_t*)context)->uc_sigmask, s) == 1) held_below |= sig_bit(s);
+  uint64_t saved_mask = 0, held_below = 0; /* the kernel's 64 signals: the set's first word */
+  if (mp_held_signals != 0 && context != NULL) {
+    memcpy(&saved_mask, &((ucontext_t*)context)->uc_sigmask, sizeof(saved_mask));
+    held_below = mp_held_signals & saved_mask;
+  }
   uint64_t released_before = released_here;
   released_here = 0;
   if (prog.sa_flags & SA_SIGINFO) prog.sa_sigaction(sig, info, context);
@@ -796,9 +786,11 @@ static void on_signal(int sig, siginfo_t* info, void* context) {
   if (mp_test_hook("MP_TEST_NO_RELEASE_FIXUP")) mend = 0;            /* the steal test's control */
   if (mp_test_hook("MP_TEST_RELEASE_FIXUP_ALL")) mend = released;    /* the suspend test's control */
 #endif
-  if (mend != 0)
-    for (int s = 1; s <= MAX_SIG; s++)
-      if ((mend & sig_bit(s)) != 0) sigdelset(&((ucontext_t*)context)->uc_sigmask, s);
+  if (mend != 0 && context != NULL) {
+    memcpy(&saved_mask, &((ucontext_t*)context)->uc_sigmask, sizeof(saved_mask)); /* as the handler left it */
+    saved_mask &= ~mend;
+    memcpy(&((ucontext_t*)context)->uc_sigmask, &saved_mask, sizeof(saved_mask));
+  }
   released_here = released_before | released; /* the context below may be a handler's too */
 }
 
@@ -982,6 +974,7 @@ void mp_signals_install(bool with_exit_profile) {
     write_view(sig, &cur); /* as the kernel reports it: nothing set yet has no SA_RESTORER */
     if (cur.sa_handler != SIG_IGN && (cur.sa_handler != SIG_DFL || ends_with_profile(sig))) (void)apply(sig, &cur, &view);
   }
+  for (int s = SIGRTMIN; s <= SIGRTMAX && s <= MAX_SIG; s++) realtime_bits |= sig_bit(s);
   atomic_store_explicit(&active, true, memory_order_release);
 #ifdef MP_TEST_HOOKS
   if (mp_test_hook("MP_TEST_SIGNAL_COUNTS")) atexit(report_signal_counts);

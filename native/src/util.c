@@ -67,6 +67,12 @@ void mp_close_nocancel(int fd) { (void)syscall(SYS_close, fd); }
  * after a while in case the holder was descheduled. fork() is handled by the caller
  * taking every lock in the prepare handler (process.c). debug.h states the discipline that
  * debug builds check here. */
+/* At a thread's first lock (depth 0), while it blocks the real-time signals around its
+ * sections (signals.c mp_signals_section_begin): the bits it blocked, before the lock counts. */
+static inline uint64_t section_begins(unsigned depth) {
+  return __builtin_expect(mp_section_block_until != 0, 0) && depth == 0 ? mp_signals_section_begin() : 0;
+}
+
 #if MP_DEBUG_ON
 #define MP_MAX_HELD 96
 static __thread struct {
@@ -95,7 +101,7 @@ static void note_lock(const mp_lock_t* lock) {
     mp_assert(lock->level > top->level || (lock->level == top->level && lock > top));
   }
   mp_assert(held_locks.depth < MP_MAX_HELD);
-  uint64_t section_bits = held_locks.depth == 0 && __builtin_expect(mp_section_block_until != 0, 0) ? mp_signals_section_begin() : 0;
+  uint64_t section_bits = section_begins(held_locks.depth);
   held_locks.held[held_locks.depth++] = lock;
   atomic_signal_fence(memory_order_seq_cst);
   if (section_bits != 0) mp_section_blocked |= section_bits;
@@ -117,7 +123,7 @@ static inline void note_released(void) { atomic_signal_fence(memory_order_seq_cs
 static __thread unsigned held_count __attribute__((tls_model("initial-exec")));
 static inline void note_lock(const mp_lock_t* lock) {
   (void)lock;
-  uint64_t section_bits = held_count == 0 && __builtin_expect(mp_section_block_until != 0, 0) ? mp_signals_section_begin() : 0;
+  uint64_t section_bits = section_begins(held_count);
   held_count++;
   atomic_signal_fence(memory_order_seq_cst);
   if (section_bits != 0) mp_section_blocked |= section_bits;
@@ -133,13 +139,11 @@ void mp_locks_forget(void) { held_count = 0; }
 unsigned mp_locks_held(void) { return held_count; }
 #endif
 
-/* What the release that ends a section answers for, read while that section still counts its
- * last lock: the real-time signals its section blocked (signals.c mp_signals_section_begin),
- * taken, and the signals held back in it, which a hold blocks in this very context. A handler
- * that runs between here and the release's end (one held back and delivered, or one that comes
- * once the count is 0) may begin sections and release them, and deliver the held ones itself;
- * whatever it unblocks, its return blocks again in this context, so this release unblocks them
- * all here, after, whoever delivered them. */
+/* The real-time signals that the section ending with this release blocked (signals.c
+ * mp_signals_section_begin), taken while it still counts its last lock: a handler that runs
+ * between here and their unblocking (one held back and delivered, or one that comes once the
+ * count is 0) finds them blocked and leaves them to this release, whatever sections or forks
+ * it makes. */
 static inline uint64_t take_section_bits(void) {
   if (__builtin_expect(mp_section_blocked == 0, 1) || mp_locks_held() != 1) return 0;
   uint64_t bits = mp_section_blocked;
@@ -147,13 +151,21 @@ static inline uint64_t take_section_bits(void) {
   atomic_signal_fence(memory_order_seq_cst);
   return bits;
 }
-static inline uint64_t held_here(void) { return mp_locks_held() == 1 ? mp_held_signals : 0; }
 
-/* After a release: the signals held back meanwhile, and those the section blocked, once this
- * thread holds no lock. */
-static inline void after_release(uint64_t section_bits, uint64_t held_bits) {
-  if (__builtin_expect((mp_held_signals | held_bits | section_bits) != 0, 0)) {
-    if (mp_locks_held() == 0) mp_signals_release(section_bits, held_bits);
+/* A lock given up (released, or not taken after all): uncounted only once free, then the
+ * signals held back meanwhile, and those the section blocked, once this thread holds none. */
+static inline void uncount(const mp_lock_t* lock) {
+  uint64_t section_bits = take_section_bits();
+#ifdef MP_TEST_HOOKS
+  if (mp_locks_held() == 1) mp_test_steal_held(0);
+#endif
+  note_unlock(lock);
+  note_released();
+#ifdef MP_TEST_HOOKS
+  if (mp_locks_held() == 0) mp_test_steal_held(1);
+#endif
+  if (__builtin_expect((mp_held_signals | section_bits) != 0, 0)) {
+    if (mp_locks_held() == 0) mp_signals_release(section_bits);
     else mp_section_blocked |= section_bits; /* a handler took a lock and kept it: its release */
   }
 }
@@ -178,20 +190,14 @@ bool mp_lock_briefly(mp_lock_t* lock) {
     if (try_take(lock)) return true;
     mp_spin_hint();
   }
-  uint64_t section_bits = take_section_bits(), held_bits = held_here();
-  note_unlock(lock);
-  note_released();
-  after_release(section_bits, held_bits);
+  uncount(lock);
   return false;
 }
 
 bool mp_lock_try(mp_lock_t* lock) {
   note_lock(lock);
   if (try_take(lock)) return true;
-  uint64_t section_bits = take_section_bits(), held_bits = held_here();
-  note_unlock(lock);
-  note_released();
-  after_release(section_bits, held_bits);
+  uncount(lock);
   return false;
 }
 
@@ -199,16 +205,7 @@ bool mp_lock_try(mp_lock_t* lock) {
 void mp_unlock(mp_lock_t* lock) {
   atomic_store_explicit(&lock->held, 0, memory_order_release);
   atomic_signal_fence(memory_order_seq_cst);
-  uint64_t section_bits = take_section_bits(), held_bits = held_here();
-#ifdef MP_TEST_HOOKS
-  if (mp_locks_held() == 1) mp_test_steal_held(0);
-#endif
-  note_unlock(lock);
-  note_released();
-#ifdef MP_TEST_HOOKS
-  if (mp_locks_held() == 0) mp_test_steal_held(1);
-#endif
-  after_release(section_bits, held_bits);
+  uncount(lock);
 }
 
 /* For the fork child, where only this thread exists: every lock is free again. */
@@ -451,6 +448,12 @@ unsigned mp_struct_version(const void* s, size_t size_now, size_t size_v1) {
   unsigned version = s == NULL ? 0 : head[0] == size_now && head[1] == 2 ? 2 : head[0] == size_v1 && head[1] == 1 ? 1 : 0;
   if (version == 0) errno = EINVAL;
   return version;
+}
+
+uint64_t mp_coarse_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 int64_t mp_monotonic_ns(void) {
